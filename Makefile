@@ -1,0 +1,63 @@
+# The two commands: `make run` (serve the embedded platform) and `make test` (the whole suite).
+
+PYTHON ?= python3
+VENV ?= .venv
+HOST ?= 127.0.0.1
+PORT ?= 8000
+BIN := $(VENV)/bin
+
+# The services pass of the suite: PostgreSQL and Redis (a db index of its own, the tests flush it).
+TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
+TEST_REDIS_URL ?= redis://127.0.0.1:6379/13
+PYTEST_ARGS ?=
+
+.PHONY: run test test-embedded test-services check lint format typecheck install clean
+
+$(BIN)/python:
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is needed: make PYTHON=python3.11 ...")'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	@touch $@
+
+install: $(VENV)/.installed
+
+## run: install, migrate, load the 50 answers and the demo set-up, and serve on HOST:PORT
+run: $(VENV)/.installed
+	$(BIN)/python manage.py migrate --noinput
+	$(BIN)/python manage.py bootstrap --demo
+	@echo "Serving on http://$(HOST):$(PORT)/  (admin: http://$(HOST):$(PORT)/admin/)"
+	$(BIN)/uvicorn failover_site.asgi:application --host $(HOST) --port $(PORT) --lifespan off
+
+## test: the whole suite, embedded (SQLite, in-process state) then on PostgreSQL + Redis
+test: test-embedded test-services
+
+test-embedded: $(VENV)/.installed
+	env -u DATABASE_URL -u REDIS_URL -u CELERY_BROKER_URL ENV_FILE= DEBUG=true \
+		$(BIN)/pytest -m "not services" $(PYTEST_ARGS)
+
+# Set REQUIRE_SERVICES=1 (CI does) to fail instead of skipping when the services are down, and
+# to fail any test that skips.
+test-services: $(VENV)/.installed
+	ENV_FILE= DEBUG=true DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) \
+		FAILOVER_TEST_PASS=services FAILOVER_REQUIRE_SERVICES=$(REQUIRE_SERVICES) \
+		$(BIN)/pytest $(PYTEST_ARGS)
+
+## check: lint, types and the whole suite
+check: lint typecheck test
+
+lint: $(VENV)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(VENV)/.installed
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+typecheck: $(VENV)/.installed
+	$(BIN)/mypy failover_site providers billing alerts
+
+clean:
+	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,200 @@
+"""Settings, read from the environment.
+
+With no environment at all the platform runs embedded: a SQLite file under DATA_DIR, in-process
+shared state, DEBUG on and a development secret generated once into DATA_DIR. Setting
+DATABASE_URL and REDIS_URL moves it onto PostgreSQL and Redis; DEBUG=false makes it a production
+deployment, which refuses to start without SECRET_KEY and ALLOWED_HOSTS. `.env.example` lists
+every variable.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import environ
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env()
+# An explicit environment always wins over the file; ENV_FILE="" turns the file off.
+_env_file = os.environ.get("ENV_FILE", str(BASE_DIR / ".env"))
+if _env_file and Path(_env_file).is_file():
+    env.read_env(_env_file, overwrite=False)
+
+DEBUG = env.bool("DEBUG", default=True)
+DATA_DIR = Path(env.str("DATA_DIR", default=str(BASE_DIR / "var")))
+
+
+def _development_secret_key() -> str:
+    """A per-checkout secret kept in DATA_DIR, so sessions survive a restart."""
+    DATA_DIR.mkdir(parents=True, exist_ok=True)
+    key_file = DATA_DIR / "development-secret-key"
+    if not key_file.exists():
+        key_file.write_text(secrets.token_urlsafe(50))
+        key_file.chmod(0o600)
+    return key_file.read_text().strip()
+
+
+if DEBUG:
+    SECRET_KEY = env.str("SECRET_KEY", default="") or _development_secret_key()
+    ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]"])
+else:
+    SECRET_KEY = env.str("SECRET_KEY", default="")
+    if len(SECRET_KEY) < 50:
+        raise ImproperlyConfigured(
+            "SECRET_KEY must be set to a random string of at least 50 characters when "
+            "DEBUG=false (generate one with: python -c 'import secrets; "
+            "print(secrets.token_urlsafe(50))')."
+        )
+    ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=[])
+    if not ALLOWED_HOSTS:
+        raise ImproperlyConfigured(
+            "ALLOWED_HOSTS must list the host names this deployment answers to when "
+            "DEBUG=false (comma-separated, e.g. ALLOWED_HOSTS=gateway.example.com)."
+        )
+
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "template_partials",
+    "providers",
+    "billing",
+    "alerts",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "failover_site.urls"
+ASGI_APPLICATION = "failover_site.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# Database: a SQLite file unless DATABASE_URL names another (PostgreSQL through psycopg 3).
+DATABASES = {
+    "default": env.db_url("DATABASE_URL", default=f"sqlite:///{DATA_DIR / 'failover.sqlite3'}")
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATA_DIR.mkdir(parents=True, exist_ok=True)
+    # Under ASGI each request may run on a different thread; a short busy timeout rides out
+    # the brief write locks of the admin and the ledger flush instead of failing a request.
+    DATABASES["default"].setdefault("OPTIONS", {}).setdefault("timeout", 20)
+else:
+    # Under ASGI, persistent connections outlive the request's thread; Django's docs advise 0.
+    DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=0)
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Shared state: in-process memory unless REDIS_URL is set. Breakers, budget counters, the answer
+# cache and the config version live here, so several serving processes behave as one.
+REDIS_URL = env.str("REDIS_URL", default="")
+STATE_BACKEND = "redis" if REDIS_URL else "memory"
+
+if REDIS_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": "failover",
+        }
+    }
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+# Background work: Celery on the Redis broker in production. Without a broker the same job
+# functions run inside the serving process.
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL)
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TIMEZONE = "UTC"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env.str("TIME_ZONE", default="UTC")
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = Path(env.str("STATIC_ROOT", default=str(BASE_DIR / "var" / "static")))
+STATICFILES_DIRS = [BASE_DIR / "static"] if (BASE_DIR / "static").is_dir() else []
+# The ASGI app serves static files itself when this is on (the embedded default); in production
+# a reverse proxy serves STATIC_ROOT after `manage.py collectstatic`.
+SERVE_STATIC = env.bool("SERVE_STATIC", default=DEBUG)
+
+# Request bodies: the frontends' endpoint enforces its own limit; this caps everything else.
+DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("DATA_UPLOAD_MAX_MEMORY_SIZE", default=1024 * 1024)
+
+# Production hardening, on whenever DEBUG is off; each has a switch for deployments behind a
+# proxy that terminates TLS itself.
+SECURE_PROXY_SSL_HEADER = (
+    ("HTTP_X_FORWARDED_PROTO", "https")
+    if env.bool("TRUST_X_FORWARDED_PROTO", default=False)
+    else None
+)
+SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=not DEBUG)
+# The probes must answer over plain HTTP inside the cluster.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
+SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=not DEBUG)
+CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=not DEBUG)
+SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=0 if DEBUG else 31_536_000)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=not DEBUG)
+SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=not DEBUG)
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+
+LOG_LEVEL = env.str("LOG_LEVEL", default="INFO").upper()
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain"},
+    },
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {
+        "django": {"handlers": ["console"], "level": "WARNING", "propagate": False},
+    },
+}

@@ -1,0 +1,183 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.core.exceptions import PermissionDenied
+from django.db import models
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import reverse
+
+from .admin_audit import AuditedModelAdmin, ReadOnlyModelAdmin
+from .models import ChangeAction, ConfigChange, FailoverPolicy, Provider, StaticAnswer
+from .selectors import policy_get
+from .services import config_change_record
+
+KILL_SWITCH_FIELDS = ("kill_switch", "kill_switch_provider", "kill_switch_reason")
+
+
+@admin.register(Provider)
+class ProviderAdmin(AuditedModelAdmin):
+    list_display = (
+        "name",
+        "kind",
+        "model",
+        "priority",
+        "enabled",
+        "is_local",
+        "timeout_s",
+        "api_key_status",
+    )
+    list_display_links = ("name",)
+    # A URL typed without a scheme becomes https://; Ollama's local http:// is typed in full.
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
+    list_editable = ("priority", "enabled")
+    list_filter = ("kind", "enabled", "is_local")
+    search_fields = ("name", "model", "base_url")
+    readonly_fields = ("api_key_status", "created_at", "updated_at")
+    fieldsets = (
+        (None, {"fields": ("name", "kind", "base_url", "model", "enabled", "is_local")}),
+        ("Routing", {"fields": ("priority", "timeout_s", "context_window")}),
+        ("Credentials", {"fields": ("api_key_env", "api_key_status")}),
+        ("Prices", {"fields": ("price_input_per_1m", "price_output_per_1m")}),
+        ("History", {"fields": ("created_at", "updated_at")}),
+    )
+
+    @admin.display(description="API key")
+    def api_key_status(self, obj: Provider) -> str:
+        if not obj.api_key_env:
+            return "none needed"
+        return "set" if obj.api_key_configured else f"{obj.api_key_env} is not set"
+
+
+@admin.register(FailoverPolicy)
+class FailoverPolicyAdmin(AuditedModelAdmin):
+    fieldsets = (
+        ("Kill switch", {"fields": KILL_SWITCH_FIELDS}),
+        (
+            "Circuit breaker",
+            {
+                "fields": (
+                    "consecutive_failures",
+                    ("failure_rate_pct", "failure_window_s", "failure_min_calls"),
+                    ("slow_call_s", "slow_call_rate_pct"),
+                    ("p95_latency_s", "p95_window_s"),
+                    ("cooldown_s", "cooldown_multiplier", "max_cooldown_s"),
+                    "half_open_probes",
+                )
+            },
+        ),
+        (
+            "Health sentinel",
+            {
+                "fields": (
+                    ("sentinel_interval_s", "sentinel_check_timeout_s"),
+                    ("sentinel_window", "sentinel_degraded_after"),
+                    "sentinel_down_after_s",
+                )
+            },
+        ),
+        ("Requests", {"fields": ("request_deadline_s",)}),
+        ("Alerts", {"fields": ("alert_cooldown_s", "flap_window_s")}),
+        (
+            "Cost, cache and static answers",
+            {
+                "fields": (
+                    "cloud_share_target_pct",
+                    "cache_ttl_s",
+                    "static_match_threshold",
+                    "degradation_message",
+                    "store_prompts",
+                )
+            },
+        ),
+    )
+    readonly_fields = ("updated_at",)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
+        readonly = tuple(super().get_readonly_fields(request, obj))
+        if not request.user.has_perm("providers.flip_kill_switch"):
+            readonly += KILL_SWITCH_FIELDS
+        return readonly
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        # One row: the list would only ever hold it, so go straight to it.
+        if not self.has_view_or_change_permission(request):
+            raise PermissionDenied
+        policy = policy_get()
+        return HttpResponseRedirect(
+            reverse("admin:providers_failoverpolicy_change", args=[policy.pk])
+        )
+
+    def record_change(
+        self,
+        request: HttpRequest,
+        obj: models.Model,
+        *,
+        before: dict[str, Any] | None,
+        after: dict[str, Any],
+    ) -> None:
+        """A kill-switch change is its own record, with its reason; thresholds are another."""
+        switch_keys = {"kill_switch", "kill_switch_provider_id"}
+        switch_after = {key: value for key, value in after.items() if key in switch_keys}
+        rest_after = {
+            key: value
+            for key, value in after.items()
+            if key not in switch_keys and key != "kill_switch_reason"
+        }
+        before = before or {}
+        if any(before.get(key) != value for key, value in switch_after.items()):
+            config_change_record(
+                target=obj,
+                action=ChangeAction.KILL_SWITCH,
+                before={key: before.get(key) for key in switch_after},
+                after=switch_after,
+                actor=request.user,
+                reason=after.get("kill_switch_reason", ""),
+            )
+        config_change_record(
+            target=obj,
+            action=ChangeAction.UPDATE,
+            before=before,
+            after=rest_after,
+            actor=request.user,
+        )
+
+
+@admin.register(StaticAnswer)
+class StaticAnswerAdmin(AuditedModelAdmin):
+    list_display = ("question", "enabled", "hit_count", "last_hit_at", "updated_at", "updated_by")
+    list_editable = ("enabled",)
+    list_filter = ("enabled",)
+    search_fields = ("question", "alternative_phrasings", "answer")
+    readonly_fields = ("hit_count", "last_hit_at", "updated_at", "updated_by")
+    fields = (
+        "question",
+        "alternative_phrasings",
+        "answer",
+        "enabled",
+        "hit_count",
+        "last_hit_at",
+        "updated_at",
+        "updated_by",
+    )
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        obj.updated_by = request.user
+        super().save_model(request, obj, form, change)
+
+
+@admin.register(ConfigChange)
+class ConfigChangeAdmin(ReadOnlyModelAdmin):
+    list_display = ("created_at", "actor_name", "action", "target_type", "target_repr", "reason")
+    list_filter = ("action", "target_type", "created_at")
+    search_fields = ("actor_name", "target_repr", "reason")
+    date_hierarchy = "created_at"

@@ -1,0 +1,63 @@
+"""First-run set-up: the policy row and the 50 static answers, and with --demo the demo
+configuration and an admin user. Safe to run on every start: each part happens once."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from providers.selectors import policy_get
+from providers.services import demo_configuration_load, static_answers_load_defaults
+
+
+class Command(BaseCommand):
+    help = "Load the failover policy, the shipped static answers and (with --demo) the demo set-up."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--demo",
+            action="store_true",
+            help="Embedded mode only (no REDIS_URL): load the demo providers and budgets, and "
+            "create an admin user with a generated password (printed once) if there is no "
+            "superuser.",
+        )
+
+    def handle(self, *args: Any, demo: bool, **options: Any) -> None:
+        policy_get()
+        added = static_answers_load_defaults()
+        if added:
+            self.stdout.write(f"Loaded {added} static answers.")
+        if not demo:
+            return
+        if settings.STATE_BACKEND != "memory":
+            raise CommandError(
+                "--demo is for the embedded mode (no REDIS_URL); "
+                "configure production providers in the admin instead."
+            )
+        if demo_configuration_load():
+            self.stdout.write("Loaded the demo configuration (providers and budgets).")
+        self._ensure_admin_user()
+
+    def _ensure_admin_user(self) -> None:
+        user_model = get_user_model()
+        if user_model.objects.filter(is_superuser=True).exists():
+            return
+        username = "admin"
+        if user_model.objects.filter(username=username).exists():
+            username = f"admin-{secrets.token_hex(3)}"
+        password = secrets.token_urlsafe(12)
+        user_model.objects.create_superuser(username=username, email="", password=password)
+        banner = "=" * 64
+        self.stdout.write(
+            self.style.WARNING(
+                f"{banner}\n"
+                "Created the admin user. The password is shown this once:\n"
+                f"    username: {username}\n    password: {password}\n"
+                "Change it in the admin (top right: 'Change password').\n"
+                f"{banner}"
+            )
+        )

@@ -1,0 +1,124 @@
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+
+import pytest
+import redis
+from django.db import connection
+from django.test import override_settings
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_healthz_says_the_process_is_up(client):
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
+
+
+def test_healthz_refuses_other_methods_with_405(client):
+    assert client.post("/healthz").status_code == 405
+
+
+def test_readyz_is_ready_with_the_database_reachable(client, settings):
+    response = client.get("/readyz")
+    body = response.json()
+    assert response.status_code == 200, body
+    assert body["status"] == "ready"
+    assert body["checks"]["database"]["ok"] is True
+    assert body["checks"]["database"]["vendor"] == connection.vendor
+
+
+@override_settings(REDIS_URL="")
+def test_readyz_says_state_is_in_process_without_redis(client):
+    redis_check = client.get("/readyz").json()["checks"]["redis"]
+    assert redis_check == {"ok": True, "configured": False, "state": "in-process"}
+
+
+def test_readyz_reports_a_stopped_database_as_not_ready(client, monkeypatch, closed_port, tmp_path):
+    if connection.vendor == "sqlite":
+        # An embedded database whose file can't be opened is as gone as a stopped server.
+        monkeypatch.setitem(
+            connection.settings_dict, "NAME", str(tmp_path / "missing" / "db.sqlite3")
+        )
+    else:
+        monkeypatch.setitem(connection.settings_dict, "HOST", "127.0.0.1")
+        monkeypatch.setitem(connection.settings_dict, "PORT", str(closed_port))
+    connection.close()
+    try:
+        response = client.get("/readyz")
+    finally:
+        monkeypatch.undo()
+        connection.close()
+    body = response.json()
+    assert response.status_code == 503
+    assert body["status"] == "not_ready"
+    assert body["checks"]["database"]["ok"] is False
+    assert "OperationalError" in body["checks"]["database"]["error"]
+
+
+def test_readyz_reports_an_unreachable_redis_as_not_ready(client, closed_port):
+    with override_settings(REDIS_URL=f"redis://127.0.0.1:{closed_port}/0"):
+        response = client.get("/readyz")
+    body = response.json()
+    assert response.status_code == 503
+    assert body["checks"]["redis"]["ok"] is False
+    assert body["checks"]["redis"]["configured"] is True
+    assert "ConnectionError" in body["checks"]["redis"]["error"]
+    assert body["checks"]["database"]["ok"] is True
+
+
+@pytest.mark.services
+def test_readyz_follows_a_real_redis_that_stops(client, closed_port, tmp_path):
+    """A Redis of the test's own: ready while it runs, not ready once it is shut down."""
+    server = shutil.which("redis-server")
+    assert server, "redis-server is needed for the services pass"
+    process = subprocess.Popen(
+        [
+            server,
+            "--port",
+            str(closed_port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{closed_port}/0"
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                redis.Redis.from_url(url).ping()
+                break
+            except redis.ConnectionError:
+                assert time.monotonic() < deadline, "the test's Redis did not start"
+                time.sleep(0.05)
+        with override_settings(REDIS_URL=url):
+            assert client.get("/readyz").status_code == 200
+            redis.Redis.from_url(url).shutdown(nosave=True)
+            process.wait(timeout=10)
+            response = client.get("/readyz")
+        assert response.status_code == 503
+        assert response.json()["checks"]["redis"]["ok"] is False
+    finally:
+        process.kill()
+        process.wait()
+
+
+@pytest.mark.services
+def test_the_services_pass_runs_on_postgresql_and_redis(settings):
+    assert connection.vendor == "postgresql"
+    assert settings.STATE_BACKEND == "redis"
+    from django.core.cache import cache
+
+    cache.set("failover-test-key", "stored", 5)
+    assert cache.get("failover-test-key") == "stored"
+    assert redis.Redis.from_url(settings.REDIS_URL).ping() is True

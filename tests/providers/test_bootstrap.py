@@ -1,0 +1,105 @@
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import CommandError, call_command
+
+from billing.models import Budget
+from providers.models import ChangeAction, ConfigChange, FailoverPolicy, Provider, StaticAnswer
+from providers.services import DEFAULT_ANSWERS_FILE
+
+pytestmark = pytest.mark.django_db
+
+
+def _bootstrap(*args: str) -> str:
+    out = io.StringIO()
+    call_command("bootstrap", *args, stdout=out)
+    return out.getvalue()
+
+
+class TestStaticAnswersShipped:
+    def test_the_file_holds_fifty_distinct_answers(self):
+        entries = json.loads(DEFAULT_ANSWERS_FILE.read_text(encoding="utf-8"))
+        assert len(entries) == 50
+        questions = {entry["question"].casefold() for entry in entries}
+        assert len(questions) == 50
+        assert all(entry["answer"].strip() and entry["alternatives"] for entry in entries)
+
+    def test_setup_loads_the_fifty_answers_and_the_policy(self):
+        output = _bootstrap()
+        assert "Loaded 50 static answers." in output
+        assert StaticAnswer.objects.filter(enabled=True).count() == 50
+        assert FailoverPolicy.objects.count() == 1
+        hours = StaticAnswer.objects.get(question__icontains="hours")
+        assert len(hours.phrasings) >= 4
+
+    def test_answers_are_loaded_once_and_a_deleted_one_stays_deleted(self):
+        _bootstrap()
+        StaticAnswer.objects.order_by("pk").first().delete()
+        assert "static answers" not in _bootstrap()
+        assert StaticAnswer.objects.count() == 49
+
+    def test_loading_is_on_the_change_record(self):
+        _bootstrap()
+        seed = ConfigChange.objects.get(
+            action=ChangeAction.SEED, target_type="providers.staticanswer"
+        )
+        assert seed.after == {"count": 50}
+        assert seed.actor_name == "system"
+
+
+class TestDemoConfiguration:
+    @pytest.fixture(autouse=True)
+    def _embedded(self, settings):
+        # The embedded mode's state, on whichever database this pass runs.
+        settings.STATE_BACKEND, settings.REDIS_URL = "memory", ""
+
+    def test_it_loads_an_ollama_primary_an_openai_secondary_and_a_disabled_anthropic(self):
+        _bootstrap("--demo")
+        providers = list(Provider.objects.order_by("priority"))
+        assert [(p.kind, p.enabled, p.is_local) for p in providers] == [
+            ("ollama", True, True),
+            ("openai", True, False),
+            ("anthropic", False, False),
+        ]
+        primary, secondary, _ = providers
+        assert (primary.base_url, primary.model) == ("http://127.0.0.1:11434", "llama3.1:8b")
+        assert (secondary.model, secondary.api_key_env) == ("gpt-4o-mini", "OPENAI_API_KEY")
+        assert secondary.price_input_per_1m > 0
+        assert Budget.objects.filter(scope="all").count() == 2
+        assert Budget.objects.filter(scope="provider", provider=secondary).exists()
+
+    def test_it_creates_an_admin_once_and_prints_the_password_once(self):
+        first = _bootstrap("--demo")
+        assert "username: admin" in first
+        password = first.split("password: ")[1].split()[0]
+        admin = get_user_model().objects.get(username="admin")
+        assert admin.is_superuser and admin.is_staff and admin.check_password(password)
+        second = _bootstrap("--demo")
+        assert "password" not in second
+        assert get_user_model().objects.count() == 1
+
+    def test_it_is_loaded_once_and_removed_providers_stay_removed(self):
+        _bootstrap("--demo")
+        Budget.objects.all().delete()
+        Provider.objects.filter(name="anthropic-cloud").delete()
+        _bootstrap("--demo")
+        assert not Provider.objects.filter(name="anthropic-cloud").exists()
+        assert Budget.objects.count() == 0
+
+    def test_each_demo_row_is_on_the_change_record(self):
+        _bootstrap("--demo")
+        created = ConfigChange.objects.filter(action=ChangeAction.CREATE)
+        assert created.filter(target_type="providers.provider").count() == 3
+        assert created.filter(target_type="billing.budget").count() == 3
+        assert all(change.reason == "demo configuration" for change in created)
+
+    def test_it_refuses_outside_the_embedded_mode(self, settings):
+        settings.STATE_BACKEND, settings.REDIS_URL = "redis", "redis://127.0.0.1:6379/13"
+        with pytest.raises(CommandError, match="embedded mode"):
+            _bootstrap("--demo")
+        assert not Provider.objects.exists()
+        assert not get_user_model().objects.exists()
