@@ -29,7 +29,7 @@ run: $(VENV)/.installed
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py bootstrap --demo
 	@echo "Serving on http://$(HOST):$(PORT)/  (admin: http://$(HOST):$(PORT)/admin/)"
-	$(BIN)/uvicorn failover_site.asgi:application --host $(HOST) --port $(PORT) --lifespan off
+	$(BIN)/uvicorn failover_site.asgi:application --host $(HOST) --port $(PORT) --lifespan on
 
 ## test: the whole suite, embedded (SQLite, in-process state) then on PostgreSQL + Redis
 test: test-embedded test-services

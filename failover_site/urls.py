@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 from django.contrib import admin
-from django.urls import path
+from django.urls import path, re_path
+
+from providers import api
 
 from . import probes
 
@@ -12,5 +14,8 @@ admin.site.index_title = "Control room"
 urlpatterns = [
     path("healthz", probes.healthz, name="healthz"),
     path("readyz", probes.readyz, name="readyz"),
+    path("api/v1/complete", api.complete, name="api-complete"),
+    path("api/v1/status", api.status, name="api-status"),
+    re_path(r"^api/", api.not_found),
     path("admin/", admin.site.urls),
 ]

@@ -77,7 +77,10 @@ class FailoverPolicyAdmin(AuditedModelAdmin):
                 )
             },
         ),
-        ("Requests", {"fields": ("request_deadline_s",)}),
+        (
+            "Requests",
+            {"fields": ("request_deadline_s", "local_only_tasks", "no_fallback_tasks")},
+        ),
         ("Alerts", {"fields": ("alert_cooldown_s", "flap_window_s")}),
         (
             "Cost, cache and static answers",

@@ -7,6 +7,7 @@ Models hold data and small properties; writes go through `providers.services`.
 from __future__ import annotations
 
 import os
+import re
 from decimal import Decimal
 
 from django.conf import settings
@@ -33,6 +34,10 @@ env_var_name_validator = RegexValidator(
     "e.g. OPENAI_API_KEY), not the key itself.",
     code="invalid_env_var_name",
 )
+
+
+# What a task name may be, here and in a request's "task" field.
+TASK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
 def _percent(field_label: str) -> list:
@@ -232,6 +237,21 @@ class FailoverPolicy(models.Model):
         "request deadline (s)", default=30.0, validators=_at_least(0.1, "The request deadline")
     )
 
+    # Task rules: a task is a label the frontend sends with a request ("summarize", "legal")
+    local_only_tasks = models.CharField(
+        max_length=1000,
+        blank=True,
+        help_text="Comma-separated tasks that never leave self-hosted providers: when those "
+        "fail, the request falls to the static answers, never to the cloud.",
+    )
+    no_fallback_tasks = models.CharField(
+        "tasks answered 503 rather than degraded",
+        max_length=1000,
+        blank=True,
+        help_text="Comma-separated tasks where a wrong answer is worse than none: when every "
+        "provider fails they get a 503, not a cached, static or degraded answer.",
+    )
+
     # Alerts
     alert_cooldown_s = models.PositiveIntegerField(
         "alert cooldown (s)", default=600, validators=_at_least(1, "The alert cooldown")
@@ -275,8 +295,18 @@ class FailoverPolicy(models.Model):
     def __str__(self) -> str:
         return "Failover policy"
 
+    @staticmethod
+    def task_list(value: str) -> list[str]:
+        return [task.strip() for task in value.split(",") if task.strip()]
+
     def clean(self) -> None:
         errors: dict[str, str] = {}
+        for name in ("local_only_tasks", "no_fallback_tasks"):
+            bad = [t for t in self.task_list(getattr(self, name)) if not TASK_NAME.fullmatch(t)]
+            if bad:
+                errors[name] = (
+                    f"Task names are letters, digits, '.', '_' and '-' (not: {', '.join(bad)})."
+                )
         if (
             self.cooldown_s is not None
             and self.max_cooldown_s is not None

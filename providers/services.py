@@ -56,6 +56,8 @@ def config_change_record(
             return None
         before = {key: before.get(key) for key in moved}
         after = {key: after[key] for key in moved}
+    # Every serving process swaps in the new configuration once this change is committed.
+    transaction.on_commit(_config_changed)
     return ConfigChange.objects.create(
         **_actor_fields(actor, actor_name),
         action=action,
@@ -66,6 +68,12 @@ def config_change_record(
         after=after,
         reason=reason,
     )
+
+
+def _config_changed() -> None:
+    from .gateway import config_changed
+
+    config_changed()
 
 
 def _seeded(target_type: str) -> bool:

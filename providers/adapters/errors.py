@@ -1,0 +1,127 @@
+"""The error table: every way an upstream call can fail, and what the router does about it.
+
+One table, the router's single source of truth (DESIGN.md, "Error table"). Adapters classify an
+upstream failure into an `ErrorClass`; the router looks the class up here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
+from enum import StrEnum
+
+
+class ErrorClass(StrEnum):
+    REFUSED = "refused"  # connection refused, DNS, TLS, connection reset before an answer
+    TIMEOUT = "timeout"  # connect, read or the request's deadline
+    SERVER_ERROR = "server_error"  # HTTP 5xx
+    MALFORMED = "malformed"  # a 2xx whose body isn't the answer the API promises
+    RATE_LIMITED = "rate_limited"  # HTTP 429 (and Anthropic's 529 overloaded)
+    AUTH = "auth"  # HTTP 401/403: our credentials, not the client's fault
+    CONTEXT_TOO_LONG = "context_too_long"  # HTTP 400 saying the input exceeds the context
+    CLIENT_ERROR = "client_error"  # other HTTP 400/422: the request itself is at fault
+    UPSTREAM_REJECTED = "upstream_rejected"  # other 4xx (404 model missing, 405 …): our config
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorRule:
+    try_next: bool  # go on to the next provider
+    breaker_failure: bool  # counts as a failure on this provider's breaker
+    slow_call: bool = False  # also counts as a slow call
+    opens_breaker: bool = False  # opens the breaker at once
+    cool_down: bool = False  # provider skipped for Retry-After (or the base cooldown)
+    larger_context_only: bool = False  # go on only to providers with a larger context window
+    alert: str = ""  # the alert this raises, if any
+
+
+ERROR_TABLE: dict[ErrorClass, ErrorRule] = {
+    ErrorClass.REFUSED: ErrorRule(try_next=True, breaker_failure=True),
+    ErrorClass.TIMEOUT: ErrorRule(try_next=True, breaker_failure=True, slow_call=True),
+    ErrorClass.SERVER_ERROR: ErrorRule(try_next=True, breaker_failure=True),
+    ErrorClass.MALFORMED: ErrorRule(try_next=True, breaker_failure=True),
+    ErrorClass.RATE_LIMITED: ErrorRule(try_next=True, breaker_failure=False, cool_down=True),
+    ErrorClass.AUTH: ErrorRule(
+        try_next=True, breaker_failure=True, opens_breaker=True, alert="credentials"
+    ),
+    ErrorClass.CONTEXT_TOO_LONG: ErrorRule(
+        try_next=True, breaker_failure=False, larger_context_only=True
+    ),
+    ErrorClass.CLIENT_ERROR: ErrorRule(try_next=False, breaker_failure=False),
+    ErrorClass.UPSTREAM_REJECTED: ErrorRule(try_next=True, breaker_failure=True),
+}
+
+
+class ProviderError(Exception):
+    """An upstream call that produced no usable answer, classified for the router."""
+
+    def __init__(
+        self,
+        error_class: ErrorClass,
+        message: str,
+        *,
+        status: int | None = None,
+        retry_after_s: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.error_class = error_class
+        self.message = message
+        self.status = status
+        self.retry_after_s = retry_after_s
+
+    @property
+    def rule(self) -> ErrorRule:
+        return ERROR_TABLE[self.error_class]
+
+
+# A Retry-After further out than this is treated as this: an hour is already "go elsewhere".
+MAX_RETRY_AFTER_S = 3600.0
+
+
+def parse_retry_after(value: str | None, *, now_epoch: float) -> float | None:
+    """Seconds to wait from a Retry-After header: delta-seconds or an HTTP-date (RFC 9110)."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when is None:
+            return None
+        seconds = when.timestamp() - now_epoch
+    if seconds != seconds:  # NaN
+        return None
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)
+
+
+def classify_status(status: int, message: str) -> ErrorClass:
+    """The error class of an HTTP error status, with the body's message for 400s."""
+    if status in (401, 403):
+        return ErrorClass.AUTH
+    if status == 429:
+        return ErrorClass.RATE_LIMITED
+    if status >= 500:
+        return ErrorClass.SERVER_ERROR
+    if status in (400, 413, 422) and _mentions_context_length(message):
+        return ErrorClass.CONTEXT_TOO_LONG
+    if status in (400, 422):
+        return ErrorClass.CLIENT_ERROR
+    return ErrorClass.UPSTREAM_REJECTED
+
+
+_CONTEXT_MARKERS = (
+    "context_length_exceeded",
+    "maximum context length",
+    "context length",
+    "context window",
+    "prompt is too long",
+    "too many tokens",
+)
+
+
+def _mentions_context_length(message: str) -> bool:
+    lowered = message.lower()
+    return any(marker in lowered for marker in _CONTEXT_MARKERS)

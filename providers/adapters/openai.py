@@ -1,0 +1,57 @@
+"""OpenAI-compatible APIs (OpenAI, vLLM, llama.cpp server, LM Studio, most gateways):
+`POST /v1/chat/completions` and `GET /v1/models`, with a bearer key."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import Completion, CompletionRequest, HealthResult, ProviderAdapter, token_count
+from .errors import ProviderError
+
+
+class OpenAICompatibleAdapter(ProviderAdapter):
+    kind = "openai"
+
+    def headers(self) -> dict[str, str]:
+        headers = {"content-type": "application/json"}
+        if self.config.api_key:
+            headers["authorization"] = f"Bearer {self.config.api_key}"
+        return headers
+
+    async def complete(self, request: CompletionRequest, *, timeout: float) -> Completion:
+        payload: dict[str, Any] = {"model": self.config.model, "messages": request.messages()}
+        if request.max_tokens is not None:
+            payload["max_tokens"] = request.max_tokens
+        if request.temperature is not None:
+            payload["temperature"] = request.temperature
+        body, latency_ms = await self.request_json(
+            "POST", "/v1/chat/completions", payload=payload, timeout=timeout
+        )
+        try:
+            text = body["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError):
+            raise self.malformed("no choices[0].message.content") from None
+        if not isinstance(text, str):
+            # A null content is a refusal or a tool call: nothing a frontend can show.
+            raise self.malformed("choices[0].message.content is not text")
+        usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+        return self.succeeded(
+            Completion(
+                text=text,
+                provider=self.name,
+                tokens_in=token_count(usage.get("prompt_tokens")),
+                tokens_out=token_count(usage.get("completion_tokens")),
+                latency_ms=latency_ms,
+            )
+        )
+
+    async def health_check(self, *, timeout: float) -> HealthResult:
+        try:
+            body, latency_ms = await self.request_json("GET", "/v1/models", timeout=timeout)
+        except ProviderError as exc:
+            return HealthResult(False, 0.0, exc.message, exc.error_class)
+        data = body.get("data") if isinstance(body, dict) else None
+        ids = {m.get("id") for m in data or () if isinstance(m, dict)}
+        if ids and self.config.model not in ids:
+            return HealthResult(False, latency_ms, f"model {self.config.model} is not served")
+        return HealthResult(True, latency_ms)

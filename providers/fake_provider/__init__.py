@@ -1,0 +1,38 @@
+"""A fake LLM provider speaking Ollama's and OpenAI's APIs, with faults switchable at run time.
+
+It serves the test suite, the benchmarks (a fast fixed-response upstream) and operators'
+failover drills (`manage.py fakeprovider`). Control it in-process through `FakeProvider`, or
+over HTTP: `POST /_control/fault`, `GET /_control/stats`, `POST /_control/reset`.
+"""
+
+from __future__ import annotations
+
+from providers.fake_provider.app import FakeProviderApp
+from providers.fake_provider.config import (
+    DEFAULT_MODELS,
+    DEFAULT_TEXT,
+    MODES,
+    ConfigError,
+    FakeConfig,
+    FakeState,
+)
+from providers.fake_provider.server import (
+    FakeProvider,
+    FakeProviderServer,
+    bind_socket,
+    uvicorn_config,
+)
+
+__all__ = [
+    "DEFAULT_MODELS",
+    "DEFAULT_TEXT",
+    "MODES",
+    "ConfigError",
+    "FakeConfig",
+    "FakeProvider",
+    "FakeProviderApp",
+    "FakeProviderServer",
+    "FakeState",
+    "bind_socket",
+    "uvicorn_config",
+]

@@ -1,0 +1,212 @@
+"""The fake provider's run-time configuration and counters.
+
+The configuration is an immutable object swapped whole under a lock, so the server thread always
+reads one consistent snapshot while a test thread changes it.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
+from functools import cached_property
+from typing import Any
+
+MODES = (
+    "ok",
+    "hang",
+    "slow",
+    "error",
+    "rate_limit",
+    "unauthorized",
+    "malformed",
+    "bad_request",
+    "context_too_long",
+    "cut_stream",
+)
+SCOPES = ("chat", "all")
+DEFAULT_MODELS = ("llama3.1:8b", "gpt-4o-mini")
+DEFAULT_TEXT = "This is the fake provider's answer to your question."
+# The hang mode's cap: a client without a timeout still gets its connection back eventually.
+HANG_CAP_SECONDS = 300.0
+_PIECES = re.compile(r"\s*\S+")
+
+
+class ConfigError(ValueError):
+    """An invalid control value; `field` names the offending field."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True)
+class FakeConfig:
+    mode: str = "ok"
+    delay_ms: int = 0
+    status: int = 500
+    retry_after: str | None = None
+    error_rate: float = 0.0
+    scope: str = "chat"
+    text: str = DEFAULT_TEXT
+    models: tuple[str, ...] = DEFAULT_MODELS
+    api_key: str | None = None
+    # The answer split into tokens (words with their leading whitespace): joining the first n
+    # gives the answer cut to n tokens, and each one is a stream chunk.
+    pieces: tuple[str, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "pieces", tuple(_PIECES.findall(self.text)))
+
+    @cached_property
+    def full_answer(self) -> str:
+        return "".join(self.pieces)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        del data["pieces"]
+        data["models"] = list(self.models)
+        return data
+
+    def updated(self, changes: Mapping[str, Any]) -> FakeConfig:
+        """A copy with `changes` applied; raises ConfigError naming the first bad field."""
+        clean: dict[str, Any] = {}
+        for name, value in changes.items():
+            validator = _VALIDATORS.get(name)
+            if validator is None:
+                raise ConfigError(name, "unknown field")
+            clean[name] = validator(name, value)
+        return replace(self, **clean)
+
+
+def _choice(options: tuple[str, ...]) -> Any:
+    def check(name: str, value: Any) -> str:
+        if value not in options:
+            raise ConfigError(name, f"must be one of {', '.join(options)}")
+        return str(value)
+
+    return check
+
+
+def _int_between(low: int, high: int) -> Any:
+    def check(name: str, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ConfigError(name, f"must be an integer from {low} to {high}")
+        return value
+
+    return check
+
+
+def _rate(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise ConfigError(name, "must be a number from 0 to 1")
+    return float(value)
+
+
+def _text(name: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(name, "must be a string")
+    return value
+
+
+def _optional_string(name: str, value: Any) -> str | None:
+    if value is not None and (not isinstance(value, str) or not value):
+        raise ConfigError(name, "must be a non-empty string or null")
+    return value
+
+
+def _header_value(name: str, value: Any) -> str | None:
+    if value is not None and (
+        not isinstance(value, str) or not value or not value.isascii() or not value.isprintable()
+    ):
+        raise ConfigError(name, "must be a non-empty printable ASCII string or null")
+    return value
+
+
+def _models(name: str, value: Any) -> tuple[str, ...]:
+    if (
+        not isinstance(value, list | tuple)
+        or not value
+        or not all(isinstance(model, str) and model for model in value)
+    ):
+        raise ConfigError(name, "must be a non-empty list of model names")
+    return tuple(value)
+
+
+_VALIDATORS = {
+    "mode": _choice(MODES),
+    "delay_ms": _int_between(0, int(HANG_CAP_SECONDS * 1000)),
+    "status": _int_between(400, 599),
+    "retry_after": _header_value,
+    "error_rate": _rate,
+    "scope": _choice(SCOPES),
+    "text": _text,
+    "models": _models,
+    "api_key": _optional_string,
+}
+
+
+class FakeState:
+    """The current config, the config `reset` returns to, and the call counters."""
+
+    def __init__(self, defaults: FakeConfig) -> None:
+        self._lock = threading.Lock()
+        self.defaults = defaults
+        self.config = defaults
+        self._calls = 0
+        self._by_path: dict[str, int] = {}
+        # error_rate without randomness: the share accumulates per call and a call fails each
+        # time it reaches 1, so 0.25 fails exactly every 4th call.
+        self._error_debt = 0.0
+
+    def record(self, path: str, *, chat: bool) -> tuple[FakeConfig, bool]:
+        """Count a call to `path`: the config it runs under, and whether error_rate fails it."""
+        with self._lock:
+            config = self.config
+            self._by_path[path] = self._by_path.get(path, 0) + 1
+            if chat:
+                self._calls += 1
+            fail = False
+            if (
+                config.error_rate
+                and config.mode in ("ok", "slow")
+                and (chat or config.scope == "all")
+            ):
+                self._error_debt += config.error_rate
+                if self._error_debt >= 1 - 1e-9:
+                    self._error_debt -= 1
+                    fail = True
+            return config, fail
+
+    def update(self, changes: Mapping[str, Any]) -> FakeConfig:
+        with self._lock:
+            self.config = self.config.updated(changes)
+            if "error_rate" in changes:
+                self._error_debt = 0.0
+            return self.config
+
+    def reset(self) -> FakeConfig:
+        with self._lock:
+            self.config = self.defaults
+            self._calls = 0
+            self._by_path = {}
+            self._error_debt = 0.0
+            return self.config
+
+    @property
+    def calls(self) -> int:
+        return self._calls
+
+    def calls_to(self, path: str) -> int:
+        with self._lock:
+            return self._by_path.get(path, 0)
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "calls": self._calls,
+                "by_path": dict(self._by_path),
+                "config": self.config.to_dict(),
+            }

@@ -1,0 +1,172 @@
+"""`FakeProvider`: the fake provider served by uvicorn on a background thread, for the tests and
+the benchmarks. `start` returns once the port accepts connections; `stop` returns once it is
+closed, dropping any connection still open (a hanging call's client sees the connection reset).
+`start` after `stop` serves on the same port again.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterable
+from types import TracebackType
+from typing import Any
+
+import uvicorn
+
+from providers.fake_provider.app import FakeProviderApp
+from providers.fake_provider.config import DEFAULT_MODELS, FakeConfig, FakeState
+
+_TIMEOUT = 10.0
+
+
+def uvicorn_config(app: FakeProviderApp, **options: Any) -> uvicorn.Config:
+    """Uvicorn set up for speed: httptools and uvloop when installed, no access log."""
+    return uvicorn.Config(
+        app,
+        lifespan="off",
+        log_level="warning",
+        access_log=False,
+        http="auto",
+        loop="auto",
+        **options,
+    )
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # A restart binds the same port again while the old connections sit in TIME_WAIT.
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class FakeProviderServer(uvicorn.Server):
+    """Uvicorn's server on a pre-bound socket, dropping its connections when it stops."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.ready = threading.Event()
+
+    def run_until_stopped(self, sock: socket.socket) -> None:
+        try:
+            self.run(sockets=[sock])
+        finally:
+            sock.close()
+            self.ready.set()  # unblocks `start` when startup failed
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        self.ready.set()
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        # A provider that goes away drops its connections: without this, a hanging call would
+        # hold the graceful shutdown until its client gave up.
+        for server in self.servers:
+            server.close()
+        for connection in list(self.server_state.connections):
+            transport = getattr(connection, "transport", None)
+            if transport is not None:
+                transport.abort()
+        await super().shutdown(sockets=sockets)
+
+
+class FakeProvider:
+    """The fake provider on 127.0.0.1 for as long as it is started; usable as a context manager.
+
+    `models`, `api_key`, `text` and any fault field form the config that `reset` returns to.
+    """
+
+    def __init__(
+        self,
+        *,
+        models: Iterable[str] = DEFAULT_MODELS,
+        api_key: str | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        **fault: Any,
+    ) -> None:
+        defaults = FakeConfig().updated({"models": list(models), "api_key": api_key, **fault})
+        self.state = FakeState(defaults)
+        self.app = FakeProviderApp(self.state)
+        self.host = host
+        self.port = port
+        self._server: FakeProviderServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
+
+    def start(self) -> FakeProvider:
+        if self._thread is not None:
+            return self
+        sock = bind_socket(self.host, self.port)
+        self.port = sock.getsockname()[1]
+        sock.listen(128)
+        server = FakeProviderServer(
+            uvicorn_config(self.app, log_config=None, timeout_graceful_shutdown=2)
+        )
+        thread = threading.Thread(
+            target=server.run_until_stopped, args=(sock,), name=f"fake-provider-{self.port}"
+        )
+        thread.daemon = True
+        thread.start()
+        if not server.ready.wait(_TIMEOUT) or not server.started:
+            server.should_exit = True
+            thread.join(_TIMEOUT)
+            raise RuntimeError(f"the fake provider did not start on {self.url}")
+        self._server, self._thread = server, thread
+        return self
+
+    def stop(self) -> None:
+        server, thread = self._server, self._thread
+        if server is None or thread is None:
+            return
+        server.should_exit = True  # its loop checks this every 0.1 s
+        thread.join(_TIMEOUT)
+        if thread.is_alive():
+            server.force_exit = True
+            thread.join(_TIMEOUT)
+        self._server = self._thread = None
+
+    def __enter__(self) -> FakeProvider:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # Control, in-process: the same fields and checks as POST /_control/fault.
+
+    def set_fault(self, **changes: Any) -> dict[str, Any]:
+        return self.state.update(changes).to_dict()
+
+    @property
+    def config(self) -> FakeConfig:
+        return self.state.config
+
+    @property
+    def calls(self) -> int:
+        return self.state.calls
+
+    def calls_to(self, path: str) -> int:
+        return self.state.calls_to(path)
+
+    def stats(self) -> dict[str, Any]:
+        return self.state.stats()
+
+    def reset(self) -> None:
+        self.state.reset()

@@ -1,0 +1,149 @@
+"""The serving process's parts, made once: state store, config snapshot, adapters, ledger.
+
+`get_gateway()` is what the views use. Tests build their own `Gateway` with a fake clock or a
+particular store and install it with `set_gateway()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+
+from billing.ledger import LedgerWriter
+
+from .loop_local import LoopLocal
+from .pool import AdapterPool
+from .snapshot import Snapshot, build_snapshot
+from .state import MemoryStore, StateStore, spend_key
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Clock:
+    """Wall time (shared across processes: breaker deadlines) and monotonic time (one
+    request's own deadline). Tests pass a clock they move by hand."""
+
+    wall: Callable[[], float] = time.time
+    mono: Callable[[], float] = time.monotonic
+
+
+@dataclass
+class _LoopState:
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    poller: asyncio.Task[None] | None = None
+
+
+class SnapshotHolder:
+    """The current immutable snapshot. Rebuilt (with SQL, off the request's critical path in
+    steady state) when the config version moves: at once for a change made in this process,
+    within POLL_S for a change made in another."""
+
+    POLL_S = 0.5
+
+    def __init__(self, store: StateStore) -> None:
+        self.store = store
+        self._snapshot: Snapshot | None = None
+        self._stale = True
+        self._loop_state: LoopLocal[_LoopState] = LoopLocal(_LoopState)
+
+    def mark_stale(self) -> None:
+        self._stale = True
+
+    async def current(self) -> Snapshot:
+        snapshot = self._snapshot
+        if snapshot is None or self._stale:
+            snapshot = await self.refresh()
+        state = self._loop_state.get()
+        if state.poller is None or state.poller.done():
+            state.poller = asyncio.get_running_loop().create_task(self._poll())
+        return snapshot
+
+    async def refresh(self) -> Snapshot:
+        state = self._loop_state.get()
+        async with state.lock:
+            if self._snapshot is not None and not self._stale:
+                return self._snapshot  # another request rebuilt it while this one waited
+            self._stale = False
+            version = await self.store.config_version()
+            snapshot = await sync_to_async(build_snapshot)(version)
+            await self._seed_spend(snapshot)
+            self._snapshot = snapshot
+            return snapshot
+
+    async def _seed_spend(self, snapshot: Snapshot) -> None:
+        """Counters missing from the store (a restart, a flushed Redis) start from the ledger."""
+        from billing.selectors import budget_spend
+
+        now = time.time()
+        for budget in snapshot.budgets:
+            key, ttl = spend_key(budget.id, budget.period, now)
+            spent = await sync_to_async(budget_spend)(budget_id=budget.id, now=now)
+            await self.store.seed_spend(key, float(spent), ttl)
+
+    async def _poll(self) -> None:
+        while True:
+            await asyncio.sleep(self.POLL_S)
+            try:
+                version = await self.store.config_version()
+            except Exception:  # the store falls back on its own; never let the poller die
+                logger.exception("config version poll failed")
+                continue
+            if self._snapshot is not None and version != self._snapshot.version:
+                self._stale = True
+
+
+class Gateway:
+    def __init__(
+        self,
+        *,
+        store: StateStore,
+        clock: Clock | None = None,
+        ledger: LedgerWriter | None = None,
+    ) -> None:
+        self.store = store
+        self.clock = clock or Clock()
+        self.snapshots = SnapshotHolder(store)
+        self.adapters = AdapterPool()
+        self.ledger = ledger or LedgerWriter()
+
+    async def aclose(self) -> None:
+        """Shutdown: write what the ledger holds, close the provider clients."""
+        await self.ledger.aclose()
+        await self.adapters.aclose()
+
+
+_gateway: Gateway | None = None
+
+
+def make_store() -> StateStore:
+    if settings.REDIS_URL:
+        from .state_redis import RedisStore, ResilientStore
+
+        return ResilientStore(RedisStore(settings.REDIS_URL))
+    return MemoryStore()
+
+
+def get_gateway() -> Gateway:
+    global _gateway
+    if _gateway is None:
+        _gateway = Gateway(store=make_store())
+    return _gateway
+
+
+def set_gateway(gateway: Gateway | None) -> None:
+    global _gateway
+    _gateway = gateway
+
+
+def config_changed() -> None:
+    """A control-plane change committed: every process rebuilds its snapshot (this one now)."""
+    gateway = get_gateway()
+    gateway.store.bump_config_version()
+    gateway.snapshots.mark_stale()

@@ -1,0 +1,76 @@
+"""One pooled HTTP client per provider, reused by every request of this process.
+
+Connections stay open between requests (keep-alive), so a call costs one round trip, not a
+handshake. A provider whose configuration changes gets a new client; the old one is closed.
+The client never retries on its own: the router decides what follows a failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import httpx
+
+from .adapters import ADAPTERS
+from .adapters.base import ProviderAdapter
+from .loop_local import LoopLocal
+from .snapshot import ProviderConfig
+
+logger = logging.getLogger(__name__)
+
+# Enough connections per provider for a busy process; past this, calls queue in the pool.
+MAX_CONNECTIONS = 256
+
+
+def make_client(config: ProviderConfig) -> httpx.AsyncClient:
+    return httpx.AsyncClient(
+        base_url=config.http_base_url,
+        timeout=config.timeout_s,
+        limits=httpx.Limits(
+            max_connections=MAX_CONNECTIONS,
+            max_keepalive_connections=MAX_CONNECTIONS,
+            keepalive_expiry=30,
+        ),
+        # No proxies or netrc from the environment: a provider is reached the way it's configured.
+        trust_env=False,
+        follow_redirects=False,
+    )
+
+
+class AdapterPool:
+    def __init__(self) -> None:
+        self._adapters: LoopLocal[dict[str, ProviderAdapter]] = LoopLocal(dict)
+        self._closing: set[asyncio.Task[None]] = set()
+
+    def get(self, config: ProviderConfig) -> ProviderAdapter | None:
+        """The adapter for this configuration, made on first use; None for a kind this
+        version cannot speak."""
+        adapters = self._adapters.get()
+        adapter = adapters.get(config.name)
+        if adapter is not None and adapter.config == config:
+            return adapter
+        adapter_class = ADAPTERS.get(config.kind)
+        if adapter_class is None:
+            return None
+        if adapter is not None:
+            self._close_later(adapter)
+        adapter = adapters[config.name] = adapter_class(config, make_client(config))
+        return adapter
+
+    def adapters(self) -> list[ProviderAdapter]:
+        adapters = self._adapters.peek()
+        return list(adapters.values()) if adapters else []
+
+    def _close_later(self, adapter: ProviderAdapter) -> None:
+        task = asyncio.get_running_loop().create_task(adapter.client.aclose())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    async def aclose(self) -> None:
+        """Close this loop's clients (on shutdown)."""
+        adapters = self._adapters.peek() or {}
+        await asyncio.gather(*(a.client.aclose() for a in adapters.values()))
+        adapters.clear()
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)

@@ -1,0 +1,290 @@
+"""Shared state: breakers, call statistics, budget counters and the config version.
+
+`MemoryStore` keeps them in this process (the embedded mode); `RedisStore` (in `state_redis`)
+keeps them in Redis with atomic scripts, so several serving processes behave as one. Both answer
+the same contract and run the same test suite. Breaker semantics live in `breaker.py`; a store
+only applies them: counters, compare-and-set transitions and bounded probe slots.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from .breaker import BreakerState, Mode, State, WindowStats
+
+# Upper bounds (ms) of the latency histogram kept per statistics bucket, for the status page's
+# p95. The breaker itself never needs it: it counts calls over its limits exactly.
+LATENCY_BOUNDS_MS = (
+    25, 50, 100, 250, 500, 750, 1000, 1500, 2000, 3000, 5000, 8000, 12000, 20000, 30000, 60000,
+)  # fmt: skip
+BIN_COUNT = len(LATENCY_BOUNDS_MS) + 1
+
+
+def latency_bin(latency_ms: float) -> int:
+    return bisect.bisect_left(LATENCY_BOUNDS_MS, latency_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One finished call, as the statistics count it."""
+
+    ok: bool
+    failure: bool  # counts as a breaker failure
+    slow: bool
+    over_p95: bool
+    latency_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class SpendIncrement:
+    key: str
+    amount: float
+    ttl_s: int
+
+
+@dataclass(frozen=True, slots=True)
+class Windows:
+    bucket_s: int
+    failure_window_s: int
+    p95_window_s: int
+
+    def bucket(self, now: float) -> int:
+        return int(now // self.bucket_s)
+
+    def buckets_in(self, window_s: int) -> int:
+        return max(1, -(-window_s // self.bucket_s))
+
+
+@dataclass(frozen=True, slots=True)
+class WindowSummary:
+    calls: int
+    failures: int
+    failure_rate_pct: float
+    p95_ms: float | None
+    calls_per_minute: float
+
+
+def spend_key(budget_id: int, period: str, now: float) -> tuple[str, int]:
+    """The counter of one budget for the period that `now` falls in, and its time to live."""
+    moment = datetime.fromtimestamp(now, UTC)
+    if period == "month":
+        return f"spend:{budget_id}:{moment:%Y-%m}", 62 * 86_400
+    return f"spend:{budget_id}:{moment:%Y-%m-%d}", 2 * 86_400
+
+
+class StateStore(ABC):
+    backend: str
+
+    @abstractmethod
+    async def read(
+        self, name: str, spend_keys: Iterable[str] = ()
+    ) -> tuple[BreakerState, dict[str, float]]:
+        """A provider's breaker and the named spend counters, in one round trip."""
+
+    @abstractmethod
+    async def record(
+        self,
+        name: str,
+        sample: Sample,
+        *,
+        now: float,
+        windows: Windows,
+        want_stats: bool,
+        probe_version: int | None = None,
+        spend: tuple[SpendIncrement, ...] = (),
+    ) -> tuple[BreakerState, WindowStats | None]:
+        """Count a finished call (and its spend) atomically; returns the breaker as it now is,
+        and the window sums when asked. A probe's success counts toward closing only if the
+        breaker is still at the half-open version that admitted it."""
+
+    @abstractmethod
+    async def transition(self, name: str, expected_version: int, new: BreakerState) -> bool:
+        """Replace the breaker if it is still at `expected_version`; False if someone moved."""
+
+    @abstractmethod
+    async def acquire_probe(self, name: str, version: int, limit: int) -> bool:
+        """Take one of the `limit` half-open probe slots of that version, if one is left."""
+
+    @abstractmethod
+    async def set_mode(self, name: str, mode: Mode) -> BreakerState:
+        """An operator's override; also the way back to AUTO. Resets the breaker to CLOSED."""
+
+    @abstractmethod
+    async def summary(self, name: str, windows: Windows, now: float) -> WindowSummary:
+        """What the status page shows of a provider's recent calls."""
+
+    @abstractmethod
+    async def seed_spend(self, key: str, amount: float, ttl_s: int) -> None:
+        """Set a spend counter that doesn't exist yet (rebuilt from the ledger)."""
+
+    @abstractmethod
+    async def config_version(self) -> int: ...
+
+    @abstractmethod
+    def bump_config_version(self) -> int:
+        """Sync, for the admin: move the version so every process rebuilds its snapshot."""
+
+    def health(self) -> dict[str, Any]:
+        return {"backend": self.backend, "ok": True}
+
+
+@dataclass
+class _ProviderCounters:
+    buckets: dict[int, list[float]] = field(default_factory=dict)
+
+
+class MemoryStore(StateStore):
+    """State in this process only: the embedded mode, and Redis's stand-in while it is down."""
+
+    backend = "memory"
+
+    def __init__(self) -> None:
+        self._states: dict[str, BreakerState] = {}
+        self._counters: dict[str, _ProviderCounters] = {}
+        # A few keys per budget and period; they stay for the process's life, like the ledger.
+        self._spend: dict[str, float] = {}
+        self._version = 0
+        self._version_lock = threading.Lock()
+
+    async def read(
+        self, name: str, spend_keys: Iterable[str] = ()
+    ) -> tuple[BreakerState, dict[str, float]]:
+        spent = {key: self._spend.get(key, 0.0) for key in spend_keys}
+        return self._states.get(name, BreakerState()), spent
+
+    async def record(
+        self,
+        name: str,
+        sample: Sample,
+        *,
+        now: float,
+        windows: Windows,
+        want_stats: bool,
+        probe_version: int | None = None,
+        spend: tuple[SpendIncrement, ...] = (),
+    ) -> tuple[BreakerState, WindowStats | None]:
+        counters = self._counters.setdefault(name, _ProviderCounters())
+        index = windows.bucket(now)
+        bucket = counters.buckets.get(index)
+        if bucket is None:
+            bucket = counters.buckets[index] = [0.0] * (4 + BIN_COUNT)
+            keep_after = index - windows.buckets_in(
+                max(windows.failure_window_s, windows.p95_window_s)
+            )
+            for old in [i for i in counters.buckets if i <= keep_after]:
+                del counters.buckets[old]
+        bucket[0] += 1
+        bucket[1] += sample.failure
+        bucket[2] += sample.slow
+        bucket[3] += sample.over_p95
+        bucket[4 + latency_bin(sample.latency_ms)] += 1
+        current = self._states.get(name, BreakerState())
+        if sample.failure:
+            current = replace(current, consecutive_failures=current.consecutive_failures + 1)
+        elif sample.ok:
+            current = replace(current, consecutive_failures=0)
+            if (
+                probe_version is not None
+                and current.version == probe_version
+                and current.state == State.HALF_OPEN
+            ):
+                current = replace(current, probes_succeeded=current.probes_succeeded + 1)
+        self._states[name] = current
+        for increment in spend:
+            self._spend[increment.key] = self._spend.get(increment.key, 0.0) + increment.amount
+        stats = self._stats(counters, windows, index) if want_stats else None
+        return current, stats
+
+    def _stats(self, counters: _ProviderCounters, windows: Windows, index: int) -> WindowStats:
+        calls = failures = slow = p95_calls = over = 0
+        failure_from = index - windows.buckets_in(windows.failure_window_s)
+        p95_from = index - windows.buckets_in(windows.p95_window_s)
+        for i, bucket in counters.buckets.items():
+            if i > failure_from:
+                calls += int(bucket[0])
+                failures += int(bucket[1])
+                slow += int(bucket[2])
+            if i > p95_from:
+                p95_calls += int(bucket[0])
+                over += int(bucket[3])
+        return WindowStats(calls, failures, slow, p95_calls, over)
+
+    async def transition(self, name: str, expected_version: int, new: BreakerState) -> bool:
+        current = self._states.get(name, BreakerState())
+        if current.version != expected_version:
+            return False
+        self._states[name] = replace(new, version=expected_version + 1)
+        return True
+
+    async def acquire_probe(self, name: str, version: int, limit: int) -> bool:
+        current = self._states.get(name, BreakerState())
+        if (
+            current.version != version
+            or current.state != State.HALF_OPEN
+            or current.probes_admitted >= limit
+        ):
+            return False
+        self._states[name] = replace(current, probes_admitted=current.probes_admitted + 1)
+        return True
+
+    async def set_mode(self, name: str, mode: Mode) -> BreakerState:
+        current = self._states.get(name, BreakerState())
+        reset = BreakerState(mode=mode, version=current.version + 1)
+        self._states[name] = reset
+        return reset
+
+    async def summary(self, name: str, windows: Windows, now: float) -> WindowSummary:
+        counters = self._counters.get(name, _ProviderCounters())
+        index = windows.bucket(now)
+        failure_from = index - windows.buckets_in(windows.failure_window_s)
+        p95_from = index - windows.buckets_in(windows.p95_window_s)
+        calls = failures = 0
+        histogram = [0] * BIN_COUNT
+        for i, bucket in counters.buckets.items():
+            if i > failure_from:
+                calls += int(bucket[0])
+                failures += int(bucket[1])
+            if i > p95_from:
+                for b in range(BIN_COUNT):
+                    histogram[b] += int(bucket[4 + b])
+        return summarize(calls, failures, histogram, windows)
+
+    async def seed_spend(self, key: str, amount: float, ttl_s: int) -> None:
+        self._spend.setdefault(key, amount)
+
+    async def config_version(self) -> int:
+        return self._version
+
+    def bump_config_version(self) -> int:
+        with self._version_lock:
+            self._version += 1
+            return self._version
+
+
+def summarize(calls: int, failures: int, histogram: list[int], windows: Windows) -> WindowSummary:
+    total = sum(histogram)
+    p95_ms: float | None = None
+    if total:
+        needed = 0.95 * total
+        running = 0
+        for b, count in enumerate(histogram):
+            running += count
+            if running >= needed:
+                p95_ms = float(LATENCY_BOUNDS_MS[b]) if b < len(LATENCY_BOUNDS_MS) else None
+                if p95_ms is None:  # beyond the last bound
+                    p95_ms = float(LATENCY_BOUNDS_MS[-1])
+                break
+    window_minutes = windows.failure_window_s / 60
+    return WindowSummary(
+        calls=calls,
+        failures=failures,
+        failure_rate_pct=round(100 * failures / calls, 1) if calls else 0.0,
+        p95_ms=p95_ms,
+        calls_per_minute=round(calls / window_minutes, 1) if window_minutes else 0.0,
+    )

@@ -1,0 +1,389 @@
+"""The Redis state store: one breaker per provider for every serving process on every machine.
+
+Every write is one Lua script, so a transition, a probe slot or a counter is atomic across
+processes. Keys carry the provider in a hash tag (`fo:{name}:…`), so a provider's keys share a
+cluster slot. If Redis stops answering, `ResilientStore` routes on local state until it is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import weakref
+from collections.abc import Iterable
+from dataclasses import fields, replace
+from typing import Any
+
+import redis
+import redis.asyncio as aioredis
+
+from .breaker import BreakerState, Mode, State, WindowStats
+from .state import (
+    BIN_COUNT,
+    MemoryStore,
+    Sample,
+    SpendIncrement,
+    StateStore,
+    Windows,
+    WindowSummary,
+    latency_bin,
+    summarize,
+)
+
+logger = logging.getLogger(__name__)
+
+# A request must not wait long on bookkeeping: past this, Redis counts as down for the request.
+SOCKET_TIMEOUT_S = 0.5
+VERSION_KEY = "fo:config:version"
+
+_RECORD = """
+local b, bk = KEYS[1], KEYS[2]
+redis.call('HINCRBY', bk, 'c', 1)
+if ARGV[1] == '1' then redis.call('HINCRBY', bk, 'f', 1) end
+if ARGV[3] == '1' then redis.call('HINCRBY', bk, 's', 1) end
+if ARGV[4] == '1' then redis.call('HINCRBY', bk, 'p', 1) end
+redis.call('HINCRBY', bk, 'h' .. ARGV[5], 1)
+redis.call('EXPIRE', bk, tonumber(ARGV[6]))
+if ARGV[1] == '1' then
+  redis.call('HINCRBY', b, 'consecutive_failures', 1)
+elseif ARGV[2] == '1' then
+  redis.call('HSET', b, 'consecutive_failures', 0)
+  local pv = tonumber(ARGV[7])
+  if pv >= 0 then
+    local st = redis.call('HMGET', b, 'version', 'state')
+    if tonumber(st[1] or '0') == pv and st[2] == 'half_open' then
+      redis.call('HINCRBY', b, 'probes_succeeded', 1)
+    end
+  end
+end
+for i = 3, #KEYS do
+  local a = 13 + (i - 3) * 2
+  redis.call('INCRBYFLOAT', KEYS[i], ARGV[a])
+  redis.call('EXPIRE', KEYS[i], tonumber(ARGV[a + 1]))
+end
+local stats = {}
+if ARGV[8] == '1' then
+  local idx, fw, pw = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
+  local c, f, s, pc, p = 0, 0, 0, 0, 0
+  for i = 0, math.max(fw, pw) - 1 do
+    local v = redis.call('HMGET', ARGV[9] .. (idx - i), 'c', 'f', 's', 'p')
+    local vc = tonumber(v[1] or '0')
+    if i < fw then
+      c = c + vc
+      f = f + tonumber(v[2] or '0')
+      s = s + tonumber(v[3] or '0')
+    end
+    if i < pw then
+      pc = pc + vc
+      p = p + tonumber(v[4] or '0')
+    end
+  end
+  stats = {c, f, s, pc, p}
+end
+return {redis.call('HGETALL', b), stats}
+"""
+
+_TRANSITION = """
+local v = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
+if v ~= tonumber(ARGV[1]) then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+return 1
+"""
+
+_ACQUIRE_PROBE = """
+local st = redis.call('HMGET', KEYS[1], 'version', 'state', 'probes_admitted')
+if tonumber(st[1] or '0') ~= tonumber(ARGV[1]) or st[2] ~= 'half_open' then return 0 end
+if tonumber(st[3] or '0') >= tonumber(ARGV[2]) then return 0 end
+redis.call('HINCRBY', KEYS[1], 'probes_admitted', 1)
+return 1
+"""
+
+_SET_MODE = """
+local v = tonumber(redis.call('HGET', KEYS[1], 'version') or '0') + 1
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'mode', ARGV[1], 'state', 'closed', 'version', v)
+return v
+"""
+
+_INT_FIELDS = {"version", "consecutive_failures", "reopens", "probes_admitted", "probes_succeeded"}
+_FLOAT_FIELDS = {"opened_at", "open_until", "half_opened_at"}
+
+
+def _breaker_key(name: str) -> str:
+    return f"fo:{{{name}}}:breaker"
+
+
+def _bucket_prefix(name: str) -> str:
+    return f"fo:{{{name}}}:b:"
+
+
+def _state_from_hash(raw: dict[str, str] | list[str]) -> BreakerState:
+    if isinstance(raw, list):  # HGETALL inside a script answers a flat list
+        raw = dict(zip(raw[::2], raw[1::2], strict=True))
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key in _INT_FIELDS:
+            values[key] = int(value)
+        elif key in _FLOAT_FIELDS:
+            values[key] = float(value)
+        elif key == "state":
+            values[key] = State(value)
+        elif key == "mode":
+            values[key] = Mode(value)
+        elif key == "reason":
+            values[key] = value
+    return BreakerState(**values)
+
+
+def _state_to_pairs(state: BreakerState) -> list[str]:
+    pairs: list[str] = []
+    for f in fields(BreakerState):
+        value = getattr(state, f.name)
+        pairs += [f.name, repr(value) if isinstance(value, float) else str(value)]
+    return pairs
+
+
+class RedisStore(StateStore):
+    backend = "redis"
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        # An asyncio client belongs to the event loop it was made on: one per loop.
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._sync_client: redis.Redis | None = None
+
+    def _client(self) -> Any:
+        loop = asyncio.get_running_loop()
+        entry = self._clients.get(loop)
+        if entry is None:
+            client = aioredis.Redis.from_url(
+                self.url,
+                decode_responses=True,
+                socket_connect_timeout=SOCKET_TIMEOUT_S,
+                socket_timeout=SOCKET_TIMEOUT_S,
+            )
+            entry = self._clients[loop] = (
+                client,
+                client.register_script(_RECORD),
+                client.register_script(_TRANSITION),
+                client.register_script(_ACQUIRE_PROBE),
+                client.register_script(_SET_MODE),
+            )
+        return entry
+
+    async def read(
+        self, name: str, spend_keys: Iterable[str] = ()
+    ) -> tuple[BreakerState, dict[str, float]]:
+        client = self._client()[0]
+        keys = [f"fo:{key}" for key in spend_keys]
+        async with client.pipeline(transaction=False) as pipe:
+            pipe.hgetall(_breaker_key(name))
+            if keys:
+                pipe.mget(keys)
+            results = await pipe.execute()
+        spent = dict(zip(spend_keys, results[1], strict=True)) if keys else {}
+        return _state_from_hash(results[0]), {k: float(v or 0) for k, v in spent.items()}
+
+    async def record(
+        self,
+        name: str,
+        sample: Sample,
+        *,
+        now: float,
+        windows: Windows,
+        want_stats: bool,
+        probe_version: int | None = None,
+        spend: tuple[SpendIncrement, ...] = (),
+    ) -> tuple[BreakerState, WindowStats | None]:
+        index = windows.bucket(now)
+        longest = max(windows.failure_window_s, windows.p95_window_s)
+        args: list[Any] = [
+            int(sample.failure),
+            int(sample.ok),
+            int(sample.slow),
+            int(sample.over_p95),
+            latency_bin(sample.latency_ms),
+            windows.bucket_s * (windows.buckets_in(longest) + 1),
+            -1 if probe_version is None else probe_version,
+            int(want_stats),
+            _bucket_prefix(name),
+            index,
+            windows.buckets_in(windows.failure_window_s),
+            windows.buckets_in(windows.p95_window_s),
+        ]
+        for increment in spend:
+            args += [repr(increment.amount), increment.ttl_s]
+        keys = [_breaker_key(name), f"{_bucket_prefix(name)}{index}"]
+        keys += [f"fo:{increment.key}" for increment in spend]
+        raw_state, raw_stats = await self._client()[1](keys=keys, args=args)
+        stats = WindowStats(*(int(v) for v in raw_stats)) if raw_stats else None
+        return _state_from_hash(raw_state), stats
+
+    async def transition(self, name: str, expected_version: int, new: BreakerState) -> bool:
+        new_pairs = _state_to_pairs(_with_version(new, expected_version + 1))
+        moved = await self._client()[2](
+            keys=[_breaker_key(name)], args=[expected_version, *new_pairs]
+        )
+        return bool(moved)
+
+    async def acquire_probe(self, name: str, version: int, limit: int) -> bool:
+        return bool(await self._client()[3](keys=[_breaker_key(name)], args=[version, limit]))
+
+    async def set_mode(self, name: str, mode: Mode) -> BreakerState:
+        version = await self._client()[4](keys=[_breaker_key(name)], args=[mode.value])
+        return BreakerState(mode=mode, version=int(version))
+
+    async def summary(self, name: str, windows: Windows, now: float) -> WindowSummary:
+        client = self._client()[0]
+        index = windows.bucket(now)
+        failure_n = windows.buckets_in(windows.failure_window_s)
+        p95_n = windows.buckets_in(windows.p95_window_s)
+        async with client.pipeline(transaction=False) as pipe:
+            for i in range(max(failure_n, p95_n)):
+                pipe.hgetall(f"{_bucket_prefix(name)}{index - i}")
+            buckets = await pipe.execute()
+        calls = failures = 0
+        histogram = [0] * BIN_COUNT
+        for i, bucket in enumerate(buckets):
+            if i < failure_n:
+                calls += int(bucket.get("c", 0))
+                failures += int(bucket.get("f", 0))
+            if i < p95_n:
+                for b in range(BIN_COUNT):
+                    histogram[b] += int(bucket.get(f"h{b}", 0))
+        return summarize(calls, failures, histogram, windows)
+
+    async def seed_spend(self, key: str, amount: float, ttl_s: int) -> None:
+        await self._client()[0].set(f"fo:{key}", repr(amount), ex=ttl_s, nx=True)
+
+    async def config_version(self) -> int:
+        return int(await self._client()[0].get(VERSION_KEY) or 0)
+
+    def bump_config_version(self) -> int:
+        if self._sync_client is None:
+            self._sync_client = redis.Redis.from_url(
+                self.url, socket_connect_timeout=2, socket_timeout=2
+            )
+        return int(self._sync_client.incr(VERSION_KEY))
+
+
+def _with_version(state: BreakerState, version: int) -> BreakerState:
+    return replace(state, version=version)
+
+
+# Connection failures, timeouts and a Redis that answers with an error all mean the same here.
+REDIS_ERRORS = (redis.RedisError, OSError, asyncio.TimeoutError)
+
+
+class ResilientStore(StateStore):
+    """Redis while it answers; this process's memory while it doesn't, retried every second.
+
+    Routing never fails because of Redis: a breaker decision made on local state is better than
+    a 5xx. The outage and the recovery are logged once each, and `/readyz` reports it.
+    """
+
+    backend = "redis"
+    RETRY_AFTER_S = 1.0
+
+    def __init__(self, primary: RedisStore, fallback: MemoryStore | None = None) -> None:
+        self.primary = primary
+        self.fallback = fallback or MemoryStore()
+        self._down_since: float | None = None
+        self._retry_at = 0.0
+        self._last_error = ""
+
+    def health(self) -> dict[str, Any]:
+        if self._down_since is None:
+            return {"backend": "redis", "ok": True}
+        return {
+            "backend": "redis",
+            "ok": False,
+            "routing_on": "local state",
+            "since": self._down_since,
+            "error": self._last_error,
+        }
+
+    async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        now = time.monotonic()
+        if self._down_since is None or now >= self._retry_at:
+            try:
+                result = await getattr(self.primary, method)(*args, **kwargs)
+            except REDIS_ERRORS as exc:
+                self._went_down(exc, now)
+            else:
+                if self._down_since is not None:
+                    logger.warning("Redis is back: shared state restored")
+                    self._down_since = None
+                return result
+        return await getattr(self.fallback, method)(*args, **kwargs)
+
+    def _went_down(self, exc: BaseException, now: float) -> None:
+        self._retry_at = now + self.RETRY_AFTER_S
+        self._last_error = f"{type(exc).__name__}: {exc}"
+        if self._down_since is None:
+            self._down_since = time.time()
+            logger.error(
+                "Redis unreachable (%s): routing on this process's local state until it is back",
+                self._last_error,
+            )
+
+    async def read(
+        self, name: str, spend_keys: Iterable[str] = ()
+    ) -> tuple[BreakerState, dict[str, float]]:
+        result: tuple[BreakerState, dict[str, float]] = await self._call(
+            "read", name, tuple(spend_keys)
+        )
+        return result
+
+    async def record(
+        self,
+        name: str,
+        sample: Sample,
+        *,
+        now: float,
+        windows: Windows,
+        want_stats: bool,
+        probe_version: int | None = None,
+        spend: tuple[SpendIncrement, ...] = (),
+    ) -> tuple[BreakerState, WindowStats | None]:
+        result: tuple[BreakerState, WindowStats | None] = await self._call(
+            "record",
+            name,
+            sample,
+            now=now,
+            windows=windows,
+            want_stats=want_stats,
+            probe_version=probe_version,
+            spend=spend,
+        )
+        return result
+
+    async def transition(self, name: str, expected_version: int, new: BreakerState) -> bool:
+        return bool(await self._call("transition", name, expected_version, new))
+
+    async def acquire_probe(self, name: str, version: int, limit: int) -> bool:
+        return bool(await self._call("acquire_probe", name, version, limit))
+
+    async def set_mode(self, name: str, mode: Mode) -> BreakerState:
+        result: BreakerState = await self._call("set_mode", name, mode)
+        return result
+
+    async def summary(self, name: str, windows: Windows, now: float) -> WindowSummary:
+        result: WindowSummary = await self._call("summary", name, windows, now)
+        return result
+
+    async def seed_spend(self, key: str, amount: float, ttl_s: int) -> None:
+        await self._call("seed_spend", key, amount, ttl_s)
+
+    async def config_version(self) -> int:
+        return int(await self._call("config_version"))
+
+    def bump_config_version(self) -> int:
+        try:
+            return self.primary.bump_config_version()
+        except REDIS_ERRORS as exc:
+            logger.error("Redis unreachable for the config version (%s): bumping locally", exc)
+            return self.fallback.bump_config_version()
