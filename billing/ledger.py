@@ -15,11 +15,11 @@ from collections import Counter
 from datetime import datetime
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.db import Error as DatabaseError
 from django.db import transaction
 from django.db.models import F
 
+from providers.background import run_db, spawn
 from providers.loop_local import LoopLocal
 
 from .models import CallRecord
@@ -37,6 +37,8 @@ class LedgerWriter:
         self._lock = threading.Lock()
         self._wake: LoopLocal[asyncio.Event] = LoopLocal(asyncio.Event)
         self._tasks: LoopLocal[list[asyncio.Task[None]]] = LoopLocal(list)
+        # One write at a time: an explicit flush waits for the one in flight.
+        self._writing: LoopLocal[asyncio.Lock] = LoopLocal(asyncio.Lock)
 
     def __len__(self) -> int:
         return len(self._pending)
@@ -48,7 +50,7 @@ class LedgerWriter:
             full = len(self._pending) >= self.MAX_BATCH
         tasks = self._tasks.get()
         if not tasks or tasks[0].done():
-            tasks[:] = [asyncio.get_running_loop().create_task(self._run())]
+            tasks[:] = [spawn(self._run())]
         if full:
             self._wake.get().set()
 
@@ -63,18 +65,19 @@ class LedgerWriter:
 
     async def flush(self) -> bool:
         """Write everything queued; True when nothing is left behind."""
-        with self._lock:
-            rows, self._pending = self._pending, []
-        if not rows:
-            return True
-        try:
-            await sync_to_async(write_records)(rows)
-        except DatabaseError:
-            logger.exception("ledger: %d records not written yet; retrying", len(rows))
+        async with self._writing.get():
             with self._lock:
-                self._pending[:0] = rows
-            return False
-        return True
+                rows, self._pending = self._pending, []
+            if not rows:
+                return True
+            try:
+                await run_db(write_records, rows)
+            except DatabaseError:
+                logger.exception("ledger: %d records not written yet; retrying", len(rows))
+                with self._lock:
+                    self._pending[:0] = rows
+                return False
+            return True
 
     async def aclose(self) -> None:
         for task in self._tasks.peek() or []:

@@ -196,5 +196,7 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
         "django": {"handlers": ["console"], "level": "WARNING", "propagate": False},
+        # One line per upstream call is noise at thousands of requests a second.
+        "httpx": {"handlers": ["console"], "level": "WARNING", "propagate": False},
     },
 }

@@ -107,7 +107,7 @@ class Decision:
 
 
 def is_slow(latency_s: float, policy: PolicyConfig) -> bool:
-    return latency_s >= policy.slow_call_s
+    return latency_s > policy.slow_call_s
 
 
 def is_over_p95(latency_s: float, policy: PolicyConfig) -> bool:
@@ -136,7 +136,8 @@ def admit(name: str, current: BreakerState, policy: PolicyConfig, now: float) ->
         return Decision(Admission.PROBE)
     if now - current.half_opened_at > _probe_stale_after(policy):
         # Every probe slot was taken and none reported back (its process died): start over.
-        return Decision(Admission.PROBE, transition=_half_open(current, now))
+        event = BreakerEvent(EventKind.HALF_OPENED, name, now, "probes_lost")
+        return Decision(Admission.PROBE, transition=_half_open(current, now), events=(event,))
     event = BreakerEvent(EventKind.PROBE_REJECTED, name, now)
     return Decision(Admission.REJECT, "probe_rejected", events=(event,))
 
@@ -153,16 +154,16 @@ def on_outcome(
 ) -> tuple[BreakerState | None, tuple[BreakerEvent, ...]]:
     """The transition a finished call causes, if any. `current` already counts the call
     (consecutive failures, probe successes); `stats` are the windows including it."""
-    if current.mode != Mode.AUTO:
+    if current.mode != Mode.AUTO or current.state == State.OPEN:
+        return None, ()  # an operator decides, or a call admitted before it opened reports late
+    if current.state == State.HALF_OPEN and not was_probe:
         return None, ()
     if outcome.cool_down:
         wait = outcome.retry_after_s if outcome.retry_after_s is not None else policy.cooldown_s
         return _open(name, current, now, "rate_limited", policy, wait_s=wait, count_reopen=False)
-    if outcome.opens_breaker and current.state != State.OPEN:
+    if outcome.opens_breaker:
         return _open(name, current, now, outcome.error_class or "auth", policy)
     if current.state == State.HALF_OPEN:
-        if not was_probe:
-            return None, ()  # a call admitted before the breaker opened: old news
         if outcome.breaker_failure:
             return _open(name, current, now, "probe_failed", policy)
         if current.probes_succeeded >= policy.half_open_probes:

@@ -12,11 +12,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from billing.ledger import LedgerWriter
 
+from .background import run_db, spawn
 from .loop_local import LoopLocal
 from .pool import AdapterPool
 from .snapshot import Snapshot, build_snapshot
@@ -47,8 +47,9 @@ class SnapshotHolder:
 
     POLL_S = 0.5
 
-    def __init__(self, store: StateStore) -> None:
+    def __init__(self, store: StateStore, clock: Clock | None = None) -> None:
         self.store = store
+        self.clock = clock or Clock()
         self._snapshot: Snapshot | None = None
         self._stale = True
         self._loop_state: LoopLocal[_LoopState] = LoopLocal(_LoopState)
@@ -62,7 +63,7 @@ class SnapshotHolder:
             snapshot = await self.refresh()
         state = self._loop_state.get()
         if state.poller is None or state.poller.done():
-            state.poller = asyncio.get_running_loop().create_task(self._poll())
+            state.poller = spawn(self._poll())
         return snapshot
 
     async def refresh(self) -> Snapshot:
@@ -72,7 +73,7 @@ class SnapshotHolder:
                 return self._snapshot  # another request rebuilt it while this one waited
             self._stale = False
             version = await self.store.config_version()
-            snapshot = await sync_to_async(build_snapshot)(version)
+            snapshot = await run_db(build_snapshot, version)
             await self._seed_spend(snapshot)
             self._snapshot = snapshot
             return snapshot
@@ -81,11 +82,16 @@ class SnapshotHolder:
         """Counters missing from the store (a restart, a flushed Redis) start from the ledger."""
         from billing.selectors import budget_spend
 
-        now = time.time()
+        now = self.clock.wall()
         for budget in snapshot.budgets:
             key, ttl = spend_key(budget.id, budget.period, now)
-            spent = await sync_to_async(budget_spend)(budget_id=budget.id, now=now)
+            spent = await run_db(budget_spend, budget_id=budget.id, now=now)
             await self.store.seed_spend(key, float(spent), ttl)
+
+    async def aclose(self) -> None:
+        state = self._loop_state.peek()
+        if state is not None and state.poller is not None:
+            state.poller.cancel()
 
     async def _poll(self) -> None:
         while True:
@@ -109,14 +115,16 @@ class Gateway:
     ) -> None:
         self.store = store
         self.clock = clock or Clock()
-        self.snapshots = SnapshotHolder(store)
+        self.snapshots = SnapshotHolder(store, self.clock)
         self.adapters = AdapterPool()
         self.ledger = ledger or LedgerWriter()
 
     async def aclose(self) -> None:
         """Shutdown: write what the ledger holds, close the provider clients."""
+        await self.snapshots.aclose()
         await self.ledger.aclose()
         await self.adapters.aclose()
+        await self.store.aclose()
 
 
 _gateway: Gateway | None = None

@@ -249,7 +249,13 @@ async def _attempt(
         spend=spend,
     )
     new_state, new_events = breaker.on_outcome(
-        name, current, stats, outcome, policy, now, was_probe=was_probe
+        name,
+        current,
+        stats,
+        outcome,
+        policy,
+        now,
+        was_probe=was_probe and current.version == state.version,
     )
     if new_state is not None and await store.transition(name, current.version, new_state):
         events.extend(new_events)

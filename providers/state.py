@@ -133,6 +133,9 @@ class StateStore(ABC):
     def health(self) -> dict[str, Any]:
         return {"backend": self.backend, "ok": True}
 
+    async def aclose(self) -> None:  # noqa: B027 - most stores hold no connections
+        """Release this loop's connections (on shutdown)."""
+
 
 @dataclass
 class _ProviderCounters:

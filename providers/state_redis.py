@@ -174,10 +174,17 @@ class RedisStore(StateStore):
             )
         return entry
 
+    async def aclose(self) -> None:
+        loop = asyncio.get_running_loop()
+        entry = self._clients.pop(loop, None)
+        if entry is not None:
+            await entry[0].aclose()
+
     async def read(
         self, name: str, spend_keys: Iterable[str] = ()
     ) -> tuple[BreakerState, dict[str, float]]:
         client = self._client()[0]
+        spend_keys = tuple(spend_keys)  # iterated twice below: a generator would come back empty
         keys = [f"fo:{key}" for key in spend_keys]
         async with client.pipeline(transaction=False) as pipe:
             pipe.hgetall(_breaker_key(name))
@@ -380,6 +387,9 @@ class ResilientStore(StateStore):
 
     async def config_version(self) -> int:
         return int(await self._call("config_version"))
+
+    async def aclose(self) -> None:
+        await self.primary.aclose()
 
     def bump_config_version(self) -> int:
         try:

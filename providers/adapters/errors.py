@@ -7,6 +7,7 @@ upstream failure into an `ErrorClass`; the router looks the class up here and no
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC
 from email.utils import parsedate_to_datetime
 from enum import StrEnum
 
@@ -91,6 +92,9 @@ def parse_retry_after(value: str | None, *, now_epoch: float) -> float | None:
             return None
         if when is None:
             return None
+        if when.tzinfo is None:
+            # asctime dates (and "-0000") carry no zone; an HTTP-date is always GMT (RFC 9110).
+            when = when.replace(tzinfo=UTC)
         seconds = when.timestamp() - now_epoch
     if seconds != seconds:  # NaN
         return None

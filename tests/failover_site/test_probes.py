@@ -6,7 +6,7 @@ import time
 
 import pytest
 import redis
-from django.db import connection
+from django.db import connection, connections
 from django.test import override_settings
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -38,20 +38,18 @@ def test_readyz_says_state_is_in_process_without_redis(client):
 
 
 def test_readyz_reports_a_stopped_database_as_not_ready(client, monkeypatch, closed_port, tmp_path):
+    from failover_site import probes
+
+    settings_dict = dict(connection.settings_dict)
     if connection.vendor == "sqlite":
         # An embedded database whose file can't be opened is as gone as a stopped server.
-        monkeypatch.setitem(
-            connection.settings_dict, "NAME", str(tmp_path / "missing" / "db.sqlite3")
-        )
+        settings_dict["NAME"] = str(tmp_path / "missing" / "db.sqlite3")
     else:
-        monkeypatch.setitem(connection.settings_dict, "HOST", "127.0.0.1")
-        monkeypatch.setitem(connection.settings_dict, "PORT", str(closed_port))
-    connection.close()
-    try:
-        response = client.get("/readyz")
-    finally:
-        monkeypatch.undo()
-        connection.close()
+        settings_dict.update(HOST="127.0.0.1", PORT=str(closed_port))
+    # A connection of its own, so the suite's database connection stays as it is.
+    stopped = type(connections["default"])(settings_dict, alias="default")
+    monkeypatch.setattr(probes, "connection", stopped)
+    response = client.get("/readyz")
     body = response.json()
     assert response.status_code == 503
     assert body["status"] == "not_ready"

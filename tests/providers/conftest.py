@@ -1,0 +1,138 @@
+"""Routing fixtures: two fake providers over loopback, a gateway with a clock the test moves,
+and an HTTP client speaking to the real ASGI application."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+import httpx
+import pytest
+import redis
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import connections
+
+from providers.fake_provider import FakeProvider
+from providers.gateway import Clock, Gateway, make_store, set_gateway
+from providers.models import Provider
+from providers.selectors import policy_get
+from providers.services import static_answers_load_defaults
+
+
+@dataclass
+class FakeClock:
+    """Wall time the test moves by hand; monotonic time stays real (deadlines are real)."""
+
+    now: float = field(default_factory=time.time)
+
+    def wall(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def primary() -> Iterator[FakeProvider]:
+    with FakeProvider(models=["llama3.1:8b"], text="Hello from the local model.") as fake:
+        yield fake
+
+
+@pytest.fixture
+def secondary() -> Iterator[FakeProvider]:
+    with FakeProvider(models=["gpt-4o-mini"], text="Hello from the cloud model.") as fake:
+        yield fake
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def providers_configured(transactional_db, primary, secondary) -> dict[str, Provider]:
+    """ollama-local (self-hosted, priority 10) → openai-cloud (priority 20), the 50 answers."""
+    static_answers_load_defaults()
+    policy_get()
+    local = Provider.objects.create(
+        name="ollama-local",
+        kind="ollama",
+        base_url=primary.url,
+        model="llama3.1:8b",
+        priority=10,
+        is_local=True,
+        timeout_s=5,
+    )
+    cloud = Provider.objects.create(
+        name="openai-cloud",
+        kind="openai",
+        base_url=secondary.url,
+        model="gpt-4o-mini",
+        priority=20,
+        is_local=False,
+        timeout_s=5,
+        price_input_per_1m=Decimal("0.15"),
+        price_output_per_1m=Decimal("0.60"),
+    )
+    return {"primary": local, "secondary": cloud}
+
+
+def _flush_test_redis() -> None:
+    if settings.REDIS_URL:
+        redis.Redis.from_url(settings.REDIS_URL).flushdb()
+
+
+@pytest.fixture
+async def gateway(providers_configured, clock) -> AsyncIterator[Gateway]:
+    """The process's gateway on the store this pass runs (memory, or the test Redis)."""
+    _flush_test_redis()
+    gateway = Gateway(store=make_store(), clock=Clock(wall=clock.wall, mono=time.monotonic))
+    set_gateway(gateway)
+    yield gateway
+    await gateway.aclose()
+    set_gateway(None)
+    _flush_test_redis()
+    # The ORM ran in asgiref's worker thread: close its connection there, or the test
+    # database can't be dropped at the end of the run.
+    await sync_to_async(connections.close_all)()
+
+
+@pytest.fixture
+async def api(gateway) -> AsyncIterator[httpx.AsyncClient]:
+    from failover_site.asgi import application
+
+    transport = httpx.ASGITransport(app=application)
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+        yield client
+
+
+async def ask(api: httpx.AsyncClient, prompt: str = "Say hello.", **fields) -> httpx.Response:
+    return await api.post("/api/v1/complete", json={"prompt": prompt, **fields})
+
+
+async def ledger_rows(gateway: Gateway) -> list:
+    from billing.models import CallRecord
+
+    await gateway.ledger.flush()
+    return await sync_to_async(lambda: list(CallRecord.objects.order_by("created_at", "id")))()
+
+
+async def update_policy(**values) -> None:
+    """Change the policy as an operator would (a recorded change, which bumps the version)."""
+    from providers.services import config_change_record, instance_snapshot
+
+    def change() -> None:
+        policy = policy_get()
+        before = instance_snapshot(policy)
+        for key, value in values.items():
+            setattr(policy, key, value)
+        policy.full_clean()
+        policy.save()
+        config_change_record(
+            target=policy, action="update", before=before, after=instance_snapshot(policy)
+        )
+
+    await sync_to_async(change)()

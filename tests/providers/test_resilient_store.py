@@ -1,0 +1,155 @@
+"""ResilientStore: Redis while it answers, this process's memory while it doesn't. The outage is a
+RedisStore pointed at a closed port (a stopped server, as a client sees it); no Redis needed."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+from types import SimpleNamespace
+
+import pytest
+
+from providers import state_redis
+from providers.breaker import BreakerState, Mode, State
+from providers.state import Sample, SpendIncrement, Windows
+from providers.state_redis import RedisStore, ResilientStore
+
+from .test_state_stores import close_redis_store, flush_redis, redis_url
+
+NAME = "ollama-local"
+T0 = 1_700_000_000.0
+WINDOWS = Windows(bucket_s=1, failure_window_s=60, p95_window_s=120)
+SPEND = "spend:1:2023-11"
+FAILED = Sample(ok=False, failure=True, slow=False, over_p95=False, latency_ms=120)
+
+
+class MonotonicClock:
+    """Stands in for the module's `time`: monotonic time the test moves, real wall time."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return time.time()
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> MonotonicClock:
+    clock = MonotonicClock()
+    # Only this module's name: asyncio reads the real time.monotonic for its own timeouts.
+    monkeypatch.setattr(
+        state_redis, "time", SimpleNamespace(monotonic=clock.monotonic, time=clock.time)
+    )
+    return clock
+
+
+@pytest.fixture
+async def down(closed_port: int) -> AsyncIterator[ResilientStore]:
+    primary = RedisStore(f"redis://127.0.0.1:{closed_port}/0")
+    yield ResilientStore(primary)
+    await close_redis_store(primary)
+
+
+async def test_every_call_falls_back_to_local_state_without_raising(down):
+    state, spent = await down.read(NAME, [SPEND])
+    assert (state, spent) == (BreakerState(), {SPEND: 0.0})
+
+    opened = BreakerState(state=State.OPEN, version=1, opened_at=T0, open_until=T0 + 60, reopens=1)
+    assert await down.transition(NAME, 0, opened) is True
+    half = BreakerState(state=State.HALF_OPEN, version=2, half_opened_at=T0 + 60, reopens=1)
+    assert await down.transition(NAME, 1, half) is True
+    assert await down.acquire_probe(NAME, 2, 3) is True
+
+    state, stats = await down.record(
+        NAME,
+        FAILED,
+        now=T0 + 61,
+        windows=WINDOWS,
+        want_stats=True,
+        probe_version=2,
+        spend=(SpendIncrement(SPEND, 0.5, 3600),),
+    )
+    assert (state.state, state.probes_admitted, state.consecutive_failures) == (
+        State.HALF_OPEN,
+        1,
+        1,
+    )
+    assert stats is not None and (stats.calls, stats.failures) == (1, 1)
+    await down.seed_spend(SPEND, 99.0, 3600)
+    assert (await down.read(NAME, [SPEND]))[1] == {SPEND: 0.5}
+
+    summary = await down.summary(NAME, WINDOWS, T0 + 61)
+    assert (summary.calls, summary.failures) == (1, 1)
+    assert await down.set_mode(NAME, Mode.DISABLED) == BreakerState(mode=Mode.DISABLED, version=3)
+    assert await down.config_version() == 0
+    assert down.bump_config_version() == 1
+    assert await down.config_version() == 1
+
+
+async def test_health_reports_routing_on_local_state_while_redis_is_down(down):
+    assert down.health() == {"backend": "redis", "ok": True}
+    await down.read(NAME)
+    health = down.health()
+    assert health["ok"] is False
+    assert (health["backend"], health["routing_on"]) == ("redis", "local state")
+    assert health["error"].startswith("ConnectionError")
+    assert isinstance(health["since"], float)
+
+
+async def test_the_outage_is_logged_once(down, clock, caplog):
+    caplog.set_level(logging.ERROR, logger="providers.state_redis")
+    for _ in range(5):
+        await down.read(NAME)
+        clock.now += ResilientStore.RETRY_AFTER_S  # each call tries Redis again, and fails
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1
+    assert "routing on this process's local state" in errors[0].getMessage()
+
+
+async def test_redis_is_not_retried_until_retry_after_has_passed(down, clock, monkeypatch):
+    tries = []
+    real_read = down.primary.read
+
+    async def counting_read(*args, **kwargs):
+        tries.append(clock.now)
+        return await real_read(*args, **kwargs)
+
+    monkeypatch.setattr(down.primary, "read", counting_read)
+
+    await down.read(NAME)
+    assert tries == [1000.0]
+    assert down._retry_at == 1000.0 + ResilientStore.RETRY_AFTER_S
+
+    clock.now = 1000.5
+    await down.read(NAME)
+    assert tries == [1000.0]  # still inside the pause: straight to local state
+
+    clock.now = 1001.0
+    await down.read(NAME)
+    assert tries == [1000.0, 1001.0]
+    assert down._retry_at == 1001.0 + ResilientStore.RETRY_AFTER_S
+
+
+@pytest.mark.services
+async def test_with_redis_up_it_reads_and_writes_through_to_redis():
+    url = redis_url()
+    flush_redis(url)
+    resilient, plain = ResilientStore(RedisStore(url)), RedisStore(url)
+    try:
+        opened = BreakerState(state=State.OPEN, version=1, open_until=T0 + 60, reopens=1)
+        assert await resilient.transition(NAME, 0, opened)
+        assert (await plain.read(NAME))[0] == opened
+
+        await plain.seed_spend(SPEND, 2.5, 3600)
+        assert (await resilient.read(NAME, [SPEND])) == (opened, {SPEND: 2.5})
+        assert resilient.bump_config_version() == 1
+        assert await plain.config_version() == 1
+        assert resilient.health() == {"backend": "redis", "ok": True}
+    finally:
+        await close_redis_store(resilient.primary)
+        await close_redis_store(plain)
+        flush_redis(url)

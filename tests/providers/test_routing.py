@@ -1,0 +1,355 @@
+"""The cascade end to end: the real ASGI app, the real router, fake providers over loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from decimal import Decimal
+
+import pytest
+from asgiref.sync import sync_to_async
+
+from billing.models import Budget, CallRecord
+from providers.breaker import State
+from providers.models import Provider
+
+from .conftest import ask, ledger_rows, update_policy
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+async def test_the_primary_answers_when_healthy(api, gateway, primary, secondary):
+    response = await ask(api)
+    body = response.json()
+    assert response.status_code == 200
+    assert body["text"] == "Hello from the local model."
+    assert (body["provider"], body["tier"], body["is_fallback"]) == (
+        "ollama-local",
+        "primary",
+        False,
+    )
+    assert body["degradation_notice"] is None and body["tokens_out"] > 0
+    assert response.headers["X-Failover-Provider"] == "ollama-local"
+    assert response.headers["X-Failover-Tier"] == "primary"
+    assert response.headers["X-Request-Id"] == body["request_id"]
+    assert (primary.calls, secondary.calls) == (1, 0)
+
+
+async def test_primary_refused_the_secondary_answers_and_the_ledger_says_why(
+    api, gateway, primary, secondary
+):
+    primary.stop()
+    response = await ask(api)
+    body = response.json()
+    assert (body["provider"], body["tier"]) == ("openai-cloud", "secondary")
+    assert body["text"] == "Hello from the cloud model."
+    [record] = await ledger_rows(gateway)
+    assert str(record.request_id) == body["request_id"]
+    assert (record.final_provider, record.tier, record.outcome) == (
+        "openai-cloud",
+        "secondary",
+        "ok",
+    )
+    assert record.reason == "primary_refused"
+    assert [(a["provider"], a["outcome"]) for a in record.attempts] == [
+        ("ollama-local", "error"),
+        ("openai-cloud", "ok"),
+    ]
+    assert record.attempts[0]["error_class"] == "refused"
+    assert record.cost > 0 and record.tokens_in > 0
+
+
+async def test_both_down_a_static_answer_comes_back_marked_as_fallback(
+    api, gateway, primary, secondary
+):
+    primary.set_fault(mode="error")
+    secondary.set_fault(mode="error", status=503)
+    response = await ask(api, "What are your opening hours?")
+    body = response.json()
+    assert response.status_code == 200
+    assert (body["tier"], body["provider"], body["is_fallback"]) == ("static", None, True)
+    assert "09:00" in body["text"]
+    assert body["degradation_notice"]
+    assert response.headers["X-Failover-Tier"] == "static"
+    [record] = await ledger_rows(gateway)
+    assert record.static_answer_id is not None and record.outcome == "fallback"
+    hits = await sync_to_async(
+        lambda: record.static_answer.__class__.objects.get(pk=record.static_answer_id)
+    )()
+    assert hits.hit_count == 1 and hits.last_hit_at is not None
+
+
+async def test_no_static_match_gets_the_degradation_message(api, gateway, primary, secondary):
+    primary.stop()
+    secondary.stop()
+    body = (await ask(api, "Write me a sonnet about turnips.")).json()
+    assert body["tier"] == "degraded" and body["is_fallback"] is True
+    assert body["text"].startswith("Sorry, our assistant is temporarily unavailable")
+
+
+async def test_three_consecutive_failures_open_the_breaker_and_the_primary_gets_no_more_calls(
+    api, gateway, primary, secondary
+):
+    primary.set_fault(mode="error")
+    for _ in range(3):
+        assert (await ask(api)).json()["provider"] == "openai-cloud"
+    assert primary.calls == 3
+    for _ in range(5):
+        body = (await ask(api)).json()
+        assert body["provider"] == "openai-cloud"
+    assert primary.calls == 3
+    records = await ledger_rows(gateway)
+    assert records[-1].reason == "primary_breaker_open"
+    assert records[-1].attempts[0] == {
+        "provider": "ollama-local",
+        "outcome": "skipped",
+        "error_class": "breaker_open",
+    }
+
+
+async def _open_primary(api, primary) -> None:
+    primary.set_fault(mode="error")
+    for _ in range(3):
+        await ask(api)
+    primary.set_fault(mode="ok")
+
+
+async def test_after_the_cooldown_exactly_n_probes_then_closed_and_the_backoff_resets(
+    api, gateway, clock, primary, secondary
+):
+    await _open_primary(api, primary)
+    calls_when_opened = primary.calls
+    clock.advance(59)
+    await ask(api)
+    assert primary.calls == calls_when_opened  # still cooling down
+    clock.advance(2)
+    primary.set_fault(mode="slow", delay_ms=300)
+    answers = await asyncio.gather(*(ask(api) for _ in range(10)))
+    assert primary.calls - calls_when_opened == 3  # three probes in total, not ten
+    providers = [a.json()["provider"] for a in answers]
+    assert providers.count("ollama-local") == 3 and providers.count("openai-cloud") == 7
+    state, _ = await gateway.store.read("ollama-local")
+    assert state.state == State.CLOSED and state.reopens == 0
+    assert (await ask(api)).json()["provider"] == "ollama-local"
+
+
+async def test_a_failed_probe_reopens_with_a_longer_cooldown(api, gateway, clock, primary):
+    await _open_primary(api, primary)
+    clock.advance(61)
+    primary.set_fault(mode="error")
+    await ask(api)  # the probe fails
+    state, _ = await gateway.store.read("ollama-local")
+    assert state.state == State.OPEN and state.open_until - clock.now == pytest.approx(120)
+    calls = primary.calls
+    clock.advance(61)
+    await ask(api)
+    assert primary.calls == calls  # 60 s is no longer enough
+    clock.advance(60)
+    primary.set_fault(mode="ok")
+    assert (await ask(api)).json()["provider"] == "ollama-local"
+
+
+async def test_a_429_with_retry_after_means_no_call_before_it_expires(api, gateway, clock, primary):
+    primary.set_fault(mode="rate_limit", retry_after="30")
+    assert (await ask(api)).json()["provider"] == "openai-cloud"
+    assert primary.calls == 1
+    primary.set_fault(mode="ok")
+    clock.advance(29)
+    await ask(api)
+    assert primary.calls == 1
+    clock.advance(2)
+    assert (await ask(api)).json()["provider"] == "ollama-local"
+    state, _ = await gateway.store.read("ollama-local")
+    assert state.reopens == 0  # a rate limit is not a failure: no growing backoff
+
+
+async def test_a_401_opens_the_breaker_at_once(api, gateway, primary):
+    primary.set_fault(mode="unauthorized")
+    await ask(api)
+    state, _ = await gateway.store.read("ollama-local")
+    assert (state.state, state.reason) == (State.OPEN, "auth")
+    await ask(api)
+    assert primary.calls == 1
+
+
+async def test_the_secondarys_400_goes_back_to_the_client_with_no_failover(
+    api, gateway, primary, secondary
+):
+    with_third = await sync_to_async(Provider.objects.create)(
+        name="third", kind="openai", base_url=secondary.url, model="gpt-4o-mini", priority=30
+    )
+    assert with_third.pk
+    primary.stop()
+    secondary.set_fault(mode="bad_request")
+    response = await ask(api)
+    body = response.json()
+    assert response.status_code == 400
+    assert (
+        body["error"]["code"] == "invalid_request" and body["error"]["provider"] == "openai-cloud"
+    )
+    assert secondary.calls == 1  # the third provider (same fake) was not asked
+    [record] = await ledger_rows(gateway)
+    assert (record.status, record.outcome, record.tier) == (400, "rejected", "none")
+
+
+async def test_allow_cloud_false_with_the_primary_down_never_touches_the_cloud(
+    api, gateway, primary, secondary
+):
+    primary.stop()
+    body = (await ask(api, "How do I reset my password?", allow_cloud=False)).json()
+    assert body["tier"] == "static"
+    assert secondary.calls == 0
+
+
+async def test_a_local_only_task_stays_local(api, gateway, primary, secondary):
+    await update_policy(local_only_tasks="medical, legal")
+    primary.stop()
+    body = (await ask(api, "Summarise this contract.", task="legal")).json()
+    assert body["tier"] == "degraded" and secondary.calls == 0
+    body = (await ask(api, "Summarise this contract.", task="summary")).json()
+    assert body["provider"] == "openai-cloud"
+
+
+async def test_a_no_fallback_task_gets_a_503_rather_than_a_degraded_answer(
+    api, gateway, primary, secondary
+):
+    await update_policy(no_fallback_tasks="dosage")
+    primary.stop()
+    secondary.stop()
+    response = await ask(api, "What are your opening hours?", task="dosage")
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "providers_unavailable"
+
+
+async def test_kill_switch_static_only_makes_no_upstream_call(api, gateway, primary, secondary):
+    await update_policy(kill_switch="static_only", kill_switch_reason="drill")
+    body = (await ask(api, "Do you offer refunds?")).json()
+    assert body["tier"] == "static"
+    assert (primary.calls, secondary.calls) == (0, 0)
+    [record] = await ledger_rows(gateway)
+    assert record.reason == "kill_switch_static_only" and record.attempts == []
+
+
+async def test_kill_switch_forcing_a_provider_sends_everything_there(
+    api, gateway, providers_configured, primary, secondary
+):
+    await update_policy(
+        kill_switch="force_provider",
+        kill_switch_provider=providers_configured["secondary"],
+        kill_switch_reason="GPU maintenance",
+    )
+    body = (await ask(api)).json()
+    assert body["provider"] == "openai-cloud"
+    assert primary.calls == 0
+
+
+async def _spent_today(amount: str) -> None:
+    await sync_to_async(CallRecord.objects.create)(
+        final_provider="openai-cloud",
+        tier="secondary",
+        outcome="ok",
+        status=200,
+        cost=Decimal(amount),
+    )
+
+
+async def _budget(cap: str) -> None:
+    await sync_to_async(Budget.objects.create)(scope="all", period="day", cap=Decimal(cap))
+
+
+async def test_a_budget_at_100_percent_skips_the_cloud_provider(api, gateway, primary, secondary):
+    await _budget("1.00")
+    await _spent_today("1.00")  # the ledger is the truth the counters start from
+    primary.stop()
+    body = (await ask(api, "Write a limerick.", priority="high")).json()
+    assert body["tier"] == "degraded"
+    assert secondary.calls == 0
+    records = await ledger_rows(gateway)
+    assert records[-1].attempts[1]["error_class"] == "budget_exhausted"
+
+
+async def test_a_budget_at_85_percent_lets_only_high_priority_through(
+    api, gateway, primary, secondary
+):
+    await _budget("1.00")
+    await _spent_today("0.90")
+    primary.stop()
+    assert (await ask(api, "Write a limerick.")).json()["tier"] == "degraded"
+    assert secondary.calls == 0
+    assert (await ask(api, "Write a limerick.", priority="high")).json()[
+        "provider"
+    ] == "openai-cloud"
+
+
+async def test_a_cloud_budget_never_blocks_the_local_provider(api, gateway, primary):
+    await _budget("1.00")
+    await _spent_today("5.00")
+    assert (await ask(api)).json()["provider"] == "ollama-local"
+
+
+async def test_a_hanging_primary_still_gets_an_answer_within_the_deadline(api, gateway, primary):
+    await update_policy(request_deadline_s=1.0)
+    primary.set_fault(mode="hang")
+    started = time.monotonic()
+    body = (await ask(api)).json()
+    elapsed = time.monotonic() - started
+    assert elapsed < 2.0  # the deadline (1 s) bounds the request, not the provider's 5 s
+    assert body["tier"] in ("static", "degraded")
+    [record] = await ledger_rows(gateway)
+    assert record.attempts[0]["error_class"] == "timeout"
+    assert record.attempts[1]["error_class"] == "deadline_exceeded"
+
+
+async def test_a_hanging_primary_with_a_short_timeout_fails_over_in_time(
+    api, gateway, providers_configured, primary
+):
+    await sync_to_async(Provider.objects.filter(name="ollama-local").update)(timeout_s=0.3)
+    await update_policy(request_deadline_s=3.0)
+    primary.set_fault(mode="hang")
+    started = time.monotonic()
+    body = (await ask(api)).json()
+    assert body["provider"] == "openai-cloud"
+    assert time.monotonic() - started < 2.0
+
+
+async def test_steady_state_requests_run_no_sql(api, gateway, monkeypatch):
+    from django.db.backends.utils import CursorWrapper
+
+    await ask(api)  # builds the snapshot
+    await gateway.ledger.flush()
+    gateway.ledger.FLUSH_EVERY_S = 3600  # keep the ledger's own writes out of the count
+    queries: list[str] = []
+    original = CursorWrapper.execute
+
+    def counting(self, sql, params=None):
+        queries.append(sql)
+        return original(self, sql, params)
+
+    monkeypatch.setattr(CursorWrapper, "execute", counting)
+    for _ in range(20):
+        assert (await ask(api)).status_code == 200
+    assert queries == []
+    monkeypatch.undo()
+    assert len(await ledger_rows(gateway)) == 21
+
+
+async def test_200_concurrent_requests_leave_200_ledger_rows(api, gateway, primary):
+    responses = await asyncio.gather(*(ask(api, f"Question {i}") for i in range(200)))
+    assert all(r.status_code == 200 for r in responses)
+    rows = await ledger_rows(gateway)
+    assert len(rows) == 200
+    assert {str(r.request_id) for r in rows} == {r.json()["request_id"] for r in responses}
+
+
+async def test_an_admin_change_is_served_at_once(api, gateway, primary, secondary):
+    assert (await ask(api)).json()["provider"] == "ollama-local"
+    await update_policy(kill_switch="static_only", kill_switch_reason="drill")
+    assert (await ask(api)).json()["tier"] in ("static", "degraded")
+
+
+async def test_shutdown_writes_what_the_ledger_holds(api, gateway):
+    gateway.ledger.FLUSH_EVERY_S = 3600
+    for _ in range(3):
+        await ask(api)
+    await gateway.aclose()
+    assert await sync_to_async(CallRecord.objects.count)() == 3

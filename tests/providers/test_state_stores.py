@@ -1,0 +1,308 @@
+"""One contract, two stores: every test runs on MemoryStore (embedded) and on RedisStore against
+the test Redis (services pass). Time is the `now` passed in; nothing sleeps."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+
+import pytest
+import redis
+from django.conf import settings
+
+from providers.breaker import BreakerState, Mode, State, WindowStats
+from providers.state import MemoryStore, Sample, SpendIncrement, StateStore, Windows
+from providers.state_redis import RedisStore
+
+NAME = "ollama-local"
+T0 = 1_700_000_000.0
+WINDOWS = Windows(bucket_s=1, failure_window_s=60, p95_window_s=120)
+SPEND = "spend:1:2023-11"
+OTHER_SPEND = "spend:2:2023-11-14"
+
+
+def redis_url() -> str:
+    return settings.REDIS_URL or os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
+
+
+def flush_redis(url: str) -> None:
+    client = redis.Redis.from_url(url)
+    try:
+        client.flushdb()  # this db only: the services pass keeps its own (13)
+    finally:
+        client.close()
+
+
+async def close_redis_store(store: RedisStore) -> None:
+    for client, *_scripts in list(store._clients.values()):
+        await client.aclose()
+    if store._sync_client is not None:
+        store._sync_client.close()
+
+
+async def fresh_redis_store() -> AsyncIterator[RedisStore]:
+    url = redis_url()
+    flush_redis(url)
+    store = RedisStore(url)
+    yield store
+    await close_redis_store(store)
+    flush_redis(url)
+
+
+@pytest.fixture
+async def redis_store() -> AsyncIterator[RedisStore]:
+    async for store in fresh_redis_store():
+        yield store
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("memory"),
+        pytest.param("redis", marks=pytest.mark.services),
+    ]
+)
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[StateStore]:
+    if request.param == "memory":
+        yield MemoryStore()
+        return
+    async for redis_store in fresh_redis_store():
+        yield redis_store
+
+
+def call(*, failure: bool = False, latency_ms: float = 100.0, slow: bool = False) -> Sample:
+    return Sample(
+        ok=not failure,
+        failure=failure,
+        slow=slow,
+        over_p95=latency_ms > 5000,
+        latency_ms=latency_ms,
+    )
+
+
+async def record(
+    store: StateStore, now: float = T0, *, sample: Sample, want_stats: bool = False, **options
+) -> tuple[BreakerState, WindowStats | None]:
+    return await store.record(
+        NAME, sample, now=now, windows=WINDOWS, want_stats=want_stats, **options
+    )
+
+
+async def half_open(store: StateStore) -> BreakerState:
+    """Open the breaker, then half-open it, as the router would: two compare-and-sets."""
+    current, _ = await store.read(NAME)
+    opened = BreakerState(
+        state=State.OPEN,
+        version=current.version + 1,
+        opened_at=T0,
+        open_until=T0 + 60,
+        reopens=1,
+        reason="consecutive_failures",
+    )
+    assert await store.transition(NAME, current.version, opened)
+    half = BreakerState(
+        state=State.HALF_OPEN,
+        version=opened.version + 1,
+        opened_at=T0,
+        open_until=T0 + 60,
+        half_opened_at=T0 + 60,
+        reopens=1,
+        reason="consecutive_failures",
+    )
+    assert await store.transition(NAME, opened.version, half)
+    return half
+
+
+async def test_a_fresh_breaker_reads_closed_at_version_zero_with_nothing_spent(store):
+    state, spent = await store.read(NAME, (key for key in (SPEND, OTHER_SPEND)))
+    assert state == BreakerState()
+    assert (state.state, state.version) == (State.CLOSED, 0)
+    assert spent == {SPEND: 0.0, OTHER_SPEND: 0.0}
+
+
+async def test_record_counts_consecutive_failures_and_a_success_resets_them(store):
+    counts = []
+    for _ in range(3):
+        state, stats = await record(store, sample=call(failure=True))
+        counts.append(state.consecutive_failures)
+        assert stats is None
+    assert counts == [1, 2, 3]
+    assert (await store.read(NAME))[0].consecutive_failures == 3
+
+    state, _ = await record(store, sample=call())
+    assert state.consecutive_failures == 0
+    assert (await store.read(NAME))[0].consecutive_failures == 0
+
+
+async def test_window_sums_drop_buckets_older_than_the_window(store):
+    _, stats = await record(store, T0, sample=call(failure=True), want_stats=True)
+    assert stats == WindowStats(calls=1, failures=1, slow=0, p95_calls=1, over_p95=0)
+
+    _, stats = await record(store, T0 + 30, sample=call(slow=True), want_stats=True)
+    assert stats == WindowStats(calls=2, failures=1, slow=1, p95_calls=2, over_p95=0)
+
+    # 61 s on, the first call has left the 60 s failure window but not the 120 s p95 window.
+    _, stats = await record(store, T0 + 61, sample=call(latency_ms=6000), want_stats=True)
+    assert stats == WindowStats(calls=2, failures=0, slow=1, p95_calls=3, over_p95=1)
+
+    _, stats = await record(store, T0 + 125, sample=call(), want_stats=True)
+    assert stats == WindowStats(calls=1, failures=0, slow=0, p95_calls=3, over_p95=1)
+
+
+async def test_transition_is_a_compare_and_set_on_the_version(store):
+    opened = BreakerState(
+        state=State.OPEN,
+        version=1,
+        opened_at=T0 + 0.25,
+        open_until=T0 + 60.25,
+        reopens=2,
+        reason="failure_rate",
+    )
+    assert await store.transition(NAME, 0, opened) is True
+    assert (await store.read(NAME))[0] == opened
+
+    someone_else = BreakerState(state=State.HALF_OPEN, version=1, half_opened_at=T0 + 99)
+    assert await store.transition(NAME, 0, someone_else) is False
+    assert (await store.read(NAME))[0] == opened
+
+
+async def test_acquire_probe_grants_exactly_the_limit_for_the_current_half_open_version(store):
+    half = await half_open(store)
+    grants = [await store.acquire_probe(NAME, half.version, 3) for _ in range(5)]
+    assert grants == [True, True, True, False, False]
+    assert (await store.read(NAME))[0].probes_admitted == 3
+
+
+async def test_acquire_probe_grants_nothing_for_an_old_version(store):
+    half = await half_open(store)
+    assert await store.acquire_probe(NAME, half.version - 1, 3) is False
+    assert await store.acquire_probe(NAME, half.version + 1, 3) is False
+    assert (await store.read(NAME))[0].probes_admitted == 0
+
+
+async def test_acquire_probe_grants_nothing_on_a_closed_breaker(store):
+    assert await store.acquire_probe(NAME, 0, 3) is False
+    assert (await store.read(NAME))[0] == BreakerState()
+
+
+async def test_fifty_concurrent_probe_requests_get_exactly_three_slots(store):
+    half = await half_open(store)
+    grants = await asyncio.gather(*(store.acquire_probe(NAME, half.version, 3) for _ in range(50)))
+    assert grants.count(True) == 3
+    assert (await store.read(NAME))[0].probes_admitted == 3
+
+
+async def test_a_probe_success_counts_only_at_the_version_that_admitted_it(store):
+    half = await half_open(store)
+    state, _ = await record(store, sample=call(), probe_version=half.version)
+    assert state.probes_succeeded == 1
+    state, _ = await record(store, sample=call(), probe_version=half.version - 1)
+    assert state.probes_succeeded == 1
+    state, _ = await record(store, sample=call())  # not a probe
+    assert state.probes_succeeded == 1
+    state, _ = await record(store, sample=call(failure=True), probe_version=half.version)
+    assert (state.probes_succeeded, state.consecutive_failures) == (1, 1)
+
+    # A fresh half-open (a new version) doesn't count the old probes' successes.
+    fresh = BreakerState(state=State.HALF_OPEN, version=half.version + 1, half_opened_at=T0 + 200)
+    assert await store.transition(NAME, half.version, fresh)
+    state, _ = await record(store, sample=call(), probe_version=half.version)
+    assert state.probes_succeeded == 0
+    state, _ = await record(store, sample=call(), probe_version=fresh.version)
+    assert state.probes_succeeded == 1
+
+
+async def test_spend_increments_accumulate_per_key(store):
+    await record(store, sample=call(), spend=(SpendIncrement(SPEND, 0.25, 3600),))
+    await record(
+        store,
+        sample=call(),
+        spend=(SpendIncrement(SPEND, 0.5, 3600), SpendIncrement(OTHER_SPEND, 1.5, 600)),
+    )
+    _, spent = await store.read(NAME, [SPEND, OTHER_SPEND])
+    assert spent == {SPEND: pytest.approx(0.75), OTHER_SPEND: pytest.approx(1.5)}
+
+
+async def test_seed_spend_sets_a_missing_counter_and_never_overwrites_one(store):
+    await store.seed_spend(SPEND, 4.0, 3600)
+    await store.seed_spend(SPEND, 100.0, 3600)
+    await record(store, sample=call(), spend=(SpendIncrement(OTHER_SPEND, 2.0, 3600),))
+    await store.seed_spend(OTHER_SPEND, 100.0, 3600)
+    await record(store, sample=call(), spend=(SpendIncrement(SPEND, 1.0, 3600),))
+    _, spent = await store.read(NAME, [SPEND, OTHER_SPEND])
+    assert spent == {SPEND: pytest.approx(5.0), OTHER_SPEND: pytest.approx(2.0)}
+
+
+async def test_set_mode_resets_to_closed_with_the_mode_and_a_higher_version(store):
+    half = await half_open(store)
+    await store.acquire_probe(NAME, half.version, 3)
+
+    disabled = await store.set_mode(NAME, Mode.DISABLED)
+    assert disabled == BreakerState(mode=Mode.DISABLED, version=half.version + 1)
+    assert (await store.read(NAME))[0] == disabled
+
+    auto = await store.set_mode(NAME, Mode.AUTO)
+    assert auto == BreakerState(mode=Mode.AUTO, version=half.version + 2)
+    assert (await store.read(NAME))[0] == auto
+
+
+async def test_summary_gives_calls_failure_rate_and_a_p95_from_the_histogram(store):
+    empty = await store.summary(NAME, WINDOWS, T0)
+    assert (empty.calls, empty.failures, empty.failure_rate_pct, empty.p95_ms) == (0, 0, 0.0, None)
+
+    for _ in range(19):
+        await record(store, sample=call(latency_ms=80))
+    await record(store, sample=call(failure=True, latency_ms=6000))
+    summary = await store.summary(NAME, WINDOWS, T0)
+    assert (summary.calls, summary.failures, summary.failure_rate_pct) == (20, 1, 5.0)
+    assert summary.p95_ms == 100.0  # 19 of 20 calls fall in the ≤ 100 ms bin
+    assert summary.calls_per_minute == 20.0
+
+    await record(store, sample=call(failure=True, latency_ms=6000))
+    summary = await store.summary(NAME, WINDOWS, T0)
+    assert (summary.calls, summary.failures, summary.failure_rate_pct) == (21, 2, 9.5)
+    assert summary.p95_ms == 8000.0  # now under 95 % are fast: the 6 s calls' bin
+
+
+async def test_summary_forgets_calls_older_than_its_windows(store):
+    await record(store, T0, sample=call(failure=True, latency_ms=6000))
+    summary = await store.summary(NAME, WINDOWS, T0 + 90)
+    assert (summary.calls, summary.failures, summary.p95_ms) == (0, 0, 8000.0)
+    summary = await store.summary(NAME, WINDOWS, T0 + 200)
+    assert (summary.calls, summary.p95_ms) == (0, None)
+
+
+async def test_config_version_starts_at_zero_and_each_bump_moves_it(store):
+    assert await store.config_version() == 0
+    assert store.bump_config_version() == 1
+    assert store.bump_config_version() == 2
+    assert await store.config_version() == 2
+
+
+# --- Redis only: many processes, one breaker ------------------------------------------------------
+
+
+@pytest.fixture
+async def second_redis_store(redis_store) -> AsyncIterator[RedisStore]:
+    store = RedisStore(redis_store.url)
+    yield store
+    await close_redis_store(store)
+
+
+@pytest.mark.services
+async def test_two_redis_stores_on_one_url_share_one_breaker(redis_store, second_redis_store):
+    one, other = redis_store, second_redis_store
+    opened = BreakerState(state=State.OPEN, version=1, opened_at=T0, open_until=T0 + 60, reopens=1)
+    assert await one.transition(NAME, 0, opened)
+    assert (await other.read(NAME))[0] == opened
+    assert await other.transition(NAME, 0, BreakerState(state=State.HALF_OPEN, version=1)) is False
+
+    half = BreakerState(
+        state=State.HALF_OPEN, version=2, opened_at=T0, open_until=T0 + 60, half_opened_at=T0 + 60
+    )
+    assert await other.transition(NAME, 1, half)
+    grants = await asyncio.gather(
+        *(s.acquire_probe(NAME, half.version, 3) for _ in range(25) for s in (one, other))
+    )
+    assert grants.count(True) == 3
+    assert (await one.read(NAME))[0].probes_admitted == 3

@@ -1,0 +1,144 @@
+"""Two real serving processes on one Redis behave as one breaker."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+from django.conf import settings
+from django.db import connection
+
+from billing.models import CallRecord
+from providers.selectors import policy_get
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def serving_processes(providers_configured, tmp_path):
+    """Two uvicorn processes on the test database and the test Redis."""
+    redis.Redis.from_url(settings.REDIS_URL).flushdb()
+    database = connection.settings_dict
+    env = {
+        **os.environ,
+        "ENV_FILE": "",
+        "DEBUG": "true",
+        "DATA_DIR": str(tmp_path),
+        "DATABASE_URL": f"postgres://{database['USER']}@{database['HOST'] or '127.0.0.1'}:"
+        f"{database['PORT'] or 5432}/{database['NAME']}",
+        "REDIS_URL": settings.REDIS_URL,
+    }
+    processes, urls = [], []
+    for _ in range(2):
+        port = _free_port()
+        log = (tmp_path / f"uvicorn-{port}.log").open("w")
+        processes.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "uvicorn", "failover_site.asgi:application",
+                 "--host", "127.0.0.1", "--port", str(port), "--lifespan", "on"],
+                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+            )
+        )  # fmt: skip
+        urls.append(f"http://127.0.0.1:{port}")
+    try:
+        for url, process in zip(urls, processes, strict=True):
+            deadline = time.monotonic() + 30
+            while True:
+                assert process.poll() is None, "a serving process exited at start"
+                try:
+                    if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        yield urls
+    finally:
+        for process in processes:
+            process.send_signal(signal.SIGTERM)  # lifespan shutdown flushes the ledger
+        for process in processes:
+            process.wait(timeout=20)
+        redis.Redis.from_url(settings.REDIS_URL).flushdb()
+
+
+def _ask(url: str, prompt: str = "Say hello.") -> dict:
+    response = httpx.post(f"{url}/api/v1/complete", json={"prompt": prompt}, timeout=10)
+    assert response.status_code == 200
+    return response.json()
+
+
+def test_when_one_process_opens_the_breaker_the_other_stops_calling(
+    serving_processes, primary, secondary
+):
+    first, second = serving_processes
+    primary.set_fault(mode="error")
+    for _ in range(3):
+        assert _ask(first)["provider"] == "openai-cloud"
+    assert primary.calls == 3
+    primary.set_fault(mode="ok")
+    for _ in range(3):
+        assert _ask(second)["provider"] == "openai-cloud"
+    assert primary.calls == 3  # the second process never tried the open primary
+
+
+def test_half_open_probes_are_n_in_total_across_processes(serving_processes, primary, secondary):
+    policy = policy_get()
+    policy.cooldown_s, policy.max_cooldown_s = 1, 600
+    policy.save()
+    # No admin here: tell the processes the way the admin does.
+    redis.Redis.from_url(settings.REDIS_URL).incr("fo:config:version")
+    time.sleep(1.2)  # both processes poll the version every 0.5 s
+    first, second = serving_processes
+    primary.set_fault(mode="error")
+    for _ in range(3):
+        _ask(first)
+    calls_when_opened = primary.calls
+    time.sleep(1.2)  # the cooldown (1 s) passes
+    primary.set_fault(mode="slow", delay_ms=400)
+
+    async def burst() -> list[dict]:
+        async with httpx.AsyncClient(timeout=10) as client:
+            responses = await asyncio.gather(
+                *(
+                    client.post(f"{url}/api/v1/complete", json={"prompt": "Say hello."})
+                    for url in [first, second] * 6
+                )
+            )
+        return [r.json() for r in responses]
+
+    answers = asyncio.run(burst())
+    assert primary.calls - calls_when_opened == 3
+    assert sum(a["provider"] == "ollama-local" for a in answers) == 3
+
+
+def test_every_request_of_both_processes_reaches_the_ledger(serving_processes, primary):
+    first, second = serving_processes
+    ids = {_ask(url)["request_id"] for url in [first, second] * 10}
+    deadline = time.monotonic() + 10
+    while True:  # each process flushes within a second
+        stored = {
+            str(request_id)
+            for request_id in CallRecord.objects.values_list("request_id", flat=True)
+        }
+        if stored >= ids or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert stored == ids
