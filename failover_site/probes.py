@@ -30,11 +30,21 @@ async def healthz(request: HttpRequest) -> JsonResponse:
 
 @require_GET
 async def readyz(request: HttpRequest) -> JsonResponse:
+    from providers.gateway import get_gateway
+
     database, redis_check = await asyncio.gather(_check_database(), _check_redis())
+    if not redis_check["ok"]:
+        redis_check["routing"] = "on this process's local state until Redis is back"
     checks = {"database": database, "redis": redis_check}
     ready = all(check["ok"] for check in checks.values())
     return JsonResponse(
-        {"status": "ready" if ready else "not_ready", "checks": checks},
+        {
+            "status": "ready" if ready else "not_ready",
+            "checks": checks,
+            # What the router itself last saw of the shared state (memory, or Redis and
+            # whether it fell back to local state).
+            "state_store": get_gateway().store.health(),
+        },
         status=200 if ready else 503,
     )
 

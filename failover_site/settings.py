@@ -133,6 +133,11 @@ if REDIS_URL:
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
+# The HTTP client under the provider adapters: httpx's own pool, or aiohttp's behind httpx's API.
+PROVIDER_HTTP_CLIENT = env.str("PROVIDER_HTTP_CLIENT", default="httpx")
+if PROVIDER_HTTP_CLIENT not in ("httpx", "aiohttp"):
+    raise ImproperlyConfigured("PROVIDER_HTTP_CLIENT must be httpx or aiohttp.")
+
 # Background work: Celery on the Redis broker in production. Without a broker the same job
 # functions run inside the serving process.
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL)

@@ -11,6 +11,7 @@ import asyncio
 import logging
 
 import httpx
+from django.conf import settings
 
 from .adapters import ADAPTERS
 from .adapters.base import ProviderAdapter
@@ -23,15 +24,26 @@ logger = logging.getLogger(__name__)
 MAX_CONNECTIONS = 256
 
 
+def _transport(limits: httpx.Limits) -> httpx.AsyncBaseTransport | None:
+    """httpx's own connection pool, or aiohttp's under httpx's API (PROVIDER_HTTP_CLIENT)."""
+    if settings.PROVIDER_HTTP_CLIENT == "aiohttp":
+        from httpx_aiohttp import AiohttpTransport
+
+        return AiohttpTransport(limits=limits, trust_env=False)
+    return None
+
+
 def make_client(config: ProviderConfig) -> httpx.AsyncClient:
+    limits = httpx.Limits(
+        max_connections=MAX_CONNECTIONS,
+        max_keepalive_connections=MAX_CONNECTIONS,
+        keepalive_expiry=30,
+    )
     return httpx.AsyncClient(
         base_url=config.http_base_url,
         timeout=config.timeout_s,
-        limits=httpx.Limits(
-            max_connections=MAX_CONNECTIONS,
-            max_keepalive_connections=MAX_CONNECTIONS,
-            keepalive_expiry=30,
-        ),
+        limits=limits,
+        transport=_transport(limits),
         # No proxies or netrc from the environment: a provider is reached the way it's configured.
         trust_env=False,
         follow_redirects=False,

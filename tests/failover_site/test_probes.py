@@ -65,6 +65,7 @@ def test_readyz_reports_an_unreachable_redis_as_not_ready(client, closed_port):
     assert body["checks"]["redis"]["ok"] is False
     assert body["checks"]["redis"]["configured"] is True
     assert "ConnectionError" in body["checks"]["redis"]["error"]
+    assert "local state" in body["checks"]["redis"]["routing"]
     assert body["checks"]["database"]["ok"] is True
 
 

@@ -353,3 +353,46 @@ async def test_shutdown_writes_what_the_ledger_holds(api, gateway):
         await ask(api)
     await gateway.aclose()
     assert await sync_to_async(CallRecord.objects.count)() == 3
+
+
+async def test_with_redis_unreachable_routing_goes_on_with_local_state(
+    api, gateway, primary, closed_port, caplog
+):
+    from providers.state_redis import RedisStore, ResilientStore
+
+    gateway.store = ResilientStore(RedisStore(f"redis://127.0.0.1:{closed_port}/0"))
+    gateway.snapshots.store = gateway.store
+    gateway.snapshots.mark_stale()
+    response = await ask(api)
+    assert response.status_code == 200 and response.json()["provider"] == "ollama-local"
+    primary.set_fault(mode="error")
+    for _ in range(3):
+        assert (await ask(api)).status_code == 200
+    calls = primary.calls
+    assert (await ask(api)).json()["provider"] == "openai-cloud"
+    assert primary.calls == calls  # the local breaker opened
+    health = gateway.store.health()
+    assert health["ok"] is False and health["routing_on"] == "local state"
+    assert "Redis unreachable" in caplog.text
+
+
+@pytest.mark.services
+async def test_a_change_made_by_another_process_is_served_within_a_second(api, gateway, primary):
+    from django.conf import settings
+
+    from providers.selectors import policy_get
+    from providers.state_redis import RedisStore
+
+    assert (await ask(api)).json()["provider"] == "ollama-local"
+
+    def change_elsewhere() -> None:  # another process's admin: a new row and a version bump
+        policy = policy_get()
+        policy.kill_switch, policy.kill_switch_reason = "static_only", "drill"
+        policy.save()
+        RedisStore(settings.REDIS_URL).bump_config_version()
+
+    await sync_to_async(change_elsewhere)()
+    started = time.monotonic()
+    while (await ask(api)).json()["tier"] not in ("static", "degraded"):
+        assert time.monotonic() - started < 1.0
+        await asyncio.sleep(0.05)

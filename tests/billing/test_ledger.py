@@ -1,0 +1,124 @@
+"""The ledger writer: batched off the request path, nothing lost."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import timedelta
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.db import OperationalError, connections
+from django.utils import timezone
+
+from billing import ledger as ledger_module
+from billing.ledger import LedgerWriter
+from billing.models import CallRecord
+from providers.models import StaticAnswer
+from tests.factories import make_static_answer
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _row(**overrides):
+    row = {
+        "request_id": str(uuid.uuid4()),
+        "created_at": timezone.now(),
+        "tier": "primary",
+        "outcome": "ok",
+        "status": 200,
+        "final_provider": "ollama-local",
+        "attempts": [{"provider": "ollama-local", "outcome": "ok", "latency_ms": 12}],
+    }
+    row.update(overrides)
+    return row
+
+
+async def _count() -> int:
+    return await sync_to_async(CallRecord.objects.count)()
+
+
+@pytest.fixture
+async def writer():
+    writer = LedgerWriter()
+    yield writer
+    await writer.aclose()
+    await sync_to_async(connections.close_all)()
+
+
+async def test_adding_never_writes_on_the_spot(writer):
+    writer.add(_row())
+    assert len(writer) == 1
+    assert await _count() == 0
+    assert await writer.flush() is True
+    assert await _count() == 1 and len(writer) == 0
+
+
+async def test_a_full_batch_is_written_without_waiting_for_the_timer(writer):
+    writer.FLUSH_EVERY_S = 3600
+    for _ in range(LedgerWriter.MAX_BATCH):
+        writer.add(_row())
+    for _ in range(100):  # the background task writes it; poll, don't sleep a fixed time
+        if await _count() == LedgerWriter.MAX_BATCH:
+            break
+        await asyncio.sleep(0.05)
+    assert await _count() == LedgerWriter.MAX_BATCH
+
+
+async def test_the_timer_writes_a_partial_batch(writer):
+    writer.FLUSH_EVERY_S = 0.05
+    writer.add(_row())
+    for _ in range(100):
+        if await _count() == 1:
+            break
+        await asyncio.sleep(0.05)
+    assert await _count() == 1
+
+
+async def test_a_failed_write_keeps_the_rows_for_the_next_try(writer, monkeypatch):
+    real_write = ledger_module.write_records
+    failures = iter([OperationalError("database is locked")])
+
+    def flaky(rows):
+        failure = next(failures, None)
+        if failure is not None:
+            raise failure
+        real_write(rows)
+
+    monkeypatch.setattr(ledger_module, "write_records", flaky)
+    for _ in range(3):
+        writer.add(_row())
+    assert await writer.flush() is False
+    assert len(writer) == 3 and await _count() == 0
+    writer.add(_row())
+    assert await writer.flush() is True
+    assert await _count() == 4
+
+
+async def test_hit_counts_are_added_once_per_batch(writer):
+    answer = await sync_to_async(make_static_answer)()
+    now = timezone.now()
+    for minutes in (3, 2, 1):
+        writer.add(_row(tier="static", outcome="fallback", static_answer_id=answer.pk,
+                        created_at=now - timedelta(minutes=minutes)))  # fmt: skip
+    await writer.flush()
+    answer = await sync_to_async(StaticAnswer.objects.get)(pk=answer.pk)
+    assert answer.hit_count == 3
+    assert answer.last_hit_at == now - timedelta(minutes=1)
+
+
+async def test_a_record_of_a_deleted_answer_is_kept_without_the_link(writer):
+    answer = await sync_to_async(make_static_answer)()
+    writer.add(_row(tier="static", outcome="fallback", static_answer_id=answer.pk))
+    await sync_to_async(answer.delete)()
+    assert await writer.flush() is True
+    record = await sync_to_async(CallRecord.objects.get)()
+    assert record.static_answer_id is None and record.tier == "static"
+
+
+async def test_closing_writes_what_is_left(writer):
+    writer.FLUSH_EVERY_S = 3600
+    for _ in range(5):
+        writer.add(_row())
+    await writer.aclose()
+    assert await _count() == 5

@@ -1,0 +1,164 @@
+"""The frontends' endpoints answer every mistake with a 4xx naming it, in JSON."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .conftest import ask
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+URL = "/api/v1/complete"
+
+
+async def _post(api, body, content_type="application/json"):
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return await api.post(URL, content=content, headers={"content-type": content_type})
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "fragment"),
+    [
+        ({}, "prompt", "required"),
+        ({"prompt": 12}, "prompt", "must be a string"),
+        ({"prompt": "   "}, "prompt", "blank"),
+        ({"prompt": "x" * 32_001}, "prompt", "at most 32000"),
+        ({"prompt": "hi", "system_prompt": ["be brief"]}, "system_prompt", "string"),
+        ({"prompt": "hi", "max_tokens": "100"}, "max_tokens", "integer"),
+        ({"prompt": "hi", "max_tokens": True}, "max_tokens", "integer"),
+        ({"prompt": "hi", "max_tokens": 0}, "max_tokens", "from 1 to"),
+        ({"prompt": "hi", "max_tokens": 10**6}, "max_tokens", "from 1 to"),
+        ({"prompt": "hi", "temperature": "hot"}, "temperature", "number"),
+        ({"prompt": "hi", "temperature": 2.5}, "temperature", "from 0 to 2"),
+        ({"prompt": "hi", "temperature": -0.1}, "temperature", "from 0 to 2"),
+        ({"prompt": "hi", "priority": "urgent"}, "priority", "normal"),
+        ({"prompt": "hi", "task": 7}, "task", "string"),
+        ({"prompt": "hi", "task": "has spaces"}, "task", "letters, digits"),
+        ({"prompt": "hi", "allow_cloud": "no"}, "allow_cloud", "true or false"),
+        ({"prompt": "hi", "promt": "typo"}, "promt", "Unknown field"),
+    ],
+)
+async def test_a_bad_field_is_a_400_naming_it(api, gateway, primary, body, field, fragment):
+    response = await _post(api, body)
+    error = response.json()["error"]
+    assert response.status_code == 400
+    assert (error["code"], error["field"]) == ("invalid_field", field)
+    assert fragment in error["message"]
+    assert primary.calls == 0
+
+
+@pytest.mark.parametrize(
+    ("raw", "fragment"),
+    [
+        (b"{not json", "not valid JSON"),
+        (b'["a", "list"]', "JSON object"),
+        (b"\xff\xfe", "not"),
+        (b'{"prompt": NaN}', "must be a string"),
+    ],
+)
+async def test_a_body_that_is_not_a_json_object_is_a_400(api, gateway, raw, fragment):
+    response = await _post(api, raw)
+    assert response.status_code == 400
+    assert fragment in response.json()["error"]["message"]
+
+
+async def test_a_body_over_64_kib_is_a_413(api, gateway, primary):
+    response = await _post(api, {"prompt": "x" * 70_000})
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "body_too_large"
+    assert primary.calls == 0
+
+
+async def test_a_body_that_is_not_json_typed_is_a_415(api, gateway):
+    response = await _post(api, b"prompt=hello", content_type="application/x-www-form-urlencoded")
+    assert response.status_code == 415
+    assert response.json()["error"]["code"] == "unsupported_media_type"
+
+
+async def test_other_methods_are_a_405_with_allow(api, gateway):
+    response = await api.get(URL)
+    assert response.status_code == 405
+    assert response.headers["Allow"] == "POST"
+    assert response.json()["error"]["code"] == "method_not_allowed"
+
+
+async def test_an_unknown_api_path_is_a_json_404(api, gateway):
+    response = await api.get("/api/v1/nothing-here")
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "not_found"
+
+
+async def test_an_unknown_host_is_refused(api, gateway):
+    response = await api.post(URL, json={"prompt": "hi"}, headers={"host": "evil.example"})
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_host"
+
+
+async def test_a_well_formed_request_with_every_field_is_routed(api, gateway, primary):
+    response = await ask(
+        api,
+        "Say hello.",
+        system_prompt="Be brief.",
+        max_tokens=3,
+        temperature=0.2,
+        priority="high",
+        task="greeting",
+        allow_cloud=False,
+    )
+    body = response.json()
+    assert response.status_code == 200
+    assert body["provider"] == "ollama-local"
+    assert len(body["text"].split()) == 3  # max_tokens reached the provider
+    assert set(body) == {
+        "text",
+        "provider",
+        "tier",
+        "is_fallback",
+        "degradation_notice",
+        "request_id",
+        "latency_ms",
+        "tokens_in",
+        "tokens_out",
+    }
+
+
+async def test_status_shows_each_provider_and_the_kill_switch(api, gateway, primary):
+    primary.set_fault(mode="error")
+    for _ in range(3):
+        await ask(api)
+    body = (await api.get("/api/v1/status")).json()
+    assert body["kill_switch"] == {"state": "off", "provider": None}
+    local, cloud = body["providers"]
+    assert local["name"] == "ollama-local" and cloud["name"] == "openai-cloud"
+    assert local["breaker"]["state"] == "open"
+    assert local["breaker"]["reason"] == "consecutive_failures"
+    assert 0 < local["breaker"]["seconds_to_half_open"] <= 60
+    assert local["window"]["calls"] == 3 and local["window"]["failure_rate_pct"] == 100.0
+    assert cloud["breaker"]["state"] == "closed" and cloud["window"]["calls"] == 3
+    assert cloud["window"]["p95_ms"] is not None
+    assert body["state_store"]["ok"] is True
+
+
+async def test_status_shows_budget_use(api, gateway, providers_configured, primary):
+    from decimal import Decimal
+
+    from asgiref.sync import sync_to_async
+
+    from billing.models import Budget
+
+    await sync_to_async(Budget.objects.create)(scope="all", period="day", cap=Decimal("2"))
+    await sync_to_async(Budget.objects.create)(
+        scope="provider",
+        provider=providers_configured["secondary"],
+        period="month",
+        cap=Decimal("1"),
+    )
+    primary.stop()
+    await ask(api)
+    body = (await api.get("/api/v1/status")).json()
+    [all_traffic] = body["budgets"]
+    assert all_traffic["cap"] == 2.0 and all_traffic["spent"] > 0
+    cloud = body["providers"][1]
+    assert cloud["budgets"][0]["period"] == "month" and cloud["budgets"][0]["spent"] > 0
