@@ -103,6 +103,7 @@ def static_answers_load_defaults(*, path: Path = DEFAULT_ANSWERS_FILE) -> int:
     for answer in added:
         answer.full_clean()
     StaticAnswer.objects.bulk_create(added)
+    transaction.on_commit(_config_changed)
     ConfigChange.objects.create(
         actor_name="system",
         action=ChangeAction.SEED,
