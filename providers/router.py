@@ -12,12 +12,14 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from billing.budgets import budget_gate
+
 from . import breaker
 from .adapters.base import Completion, CompletionRequest, estimate_tokens
 from .adapters.errors import ERROR_TABLE, ErrorRule, ProviderError
 from .breaker import Admission, BreakerEvent
 from .gateway import Gateway
-from .snapshot import BudgetConfig, PolicyConfig, ProviderConfig, Snapshot
+from .snapshot import PolicyConfig, ProviderConfig, Snapshot
 from .state import Sample, SpendIncrement, Windows, spend_key
 
 logger = logging.getLogger(__name__)
@@ -200,7 +202,7 @@ async def _attempt(
         estimate_tokens(request.completion.prompt + request.completion.system_prompt),
         request.completion.max_tokens or 256,
     )
-    budget_skip = _budget_skip(budgets, keys, spent, estimate, request.priority)
+    budget_skip = budget_gate(budgets, keys, spent, estimate, request.priority)
     if budget_skip:
         return _AttemptResult(Attempt(name, "skipped", budget_skip))
 
@@ -296,23 +298,6 @@ def _breaker_outcome(
         retry_after_s=error.retry_after_s,
         error_class=error.error_class.value,
     )
-
-
-def _budget_skip(
-    budgets: list[BudgetConfig],
-    keys: dict[int, tuple[str, int]],
-    spent: dict[str, float],
-    estimate: Decimal,
-    priority: str,
-) -> str:
-    for budget in budgets:
-        used = Decimal(str(spent.get(keys[budget.id][0], 0.0)))
-        cap = budget.cap
-        if used >= cap * budget.hard_stop_pct / 100 or used + estimate > cap:
-            return "budget_exhausted"
-        if used >= cap * budget.high_priority_only_pct / 100 and priority != "high":
-            return "budget_high_priority_only"
-    return ""
 
 
 def _windows(policy: PolicyConfig) -> Windows:
