@@ -20,12 +20,18 @@ class LoopLocal(Generic[T]):
         self._values: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, T] = (
             weakref.WeakKeyDictionary()
         )
+        # The serving process's one loop, checked first: this runs several times a request.
+        self._last: tuple[weakref.ref[asyncio.AbstractEventLoop], T] | None = None
 
     def get(self) -> T:
         loop = asyncio.get_running_loop()
+        last = self._last
+        if last is not None and last[0]() is loop:
+            return last[1]
         value = self._values.get(loop)
         if value is None:
             value = self._values[loop] = self._factory()
+        self._last = (weakref.ref(loop), value)
         return value
 
     def peek(self) -> T | None:

@@ -17,6 +17,7 @@ from .adapters import ADAPTERS
 from .adapters.base import ProviderAdapter
 from .loop_local import LoopLocal
 from .snapshot import ProviderConfig
+from .transport import AiohttpTransport
 
 logger = logging.getLogger(__name__)
 
@@ -27,10 +28,29 @@ MAX_CONNECTIONS = 256
 def _transport(limits: httpx.Limits) -> httpx.AsyncBaseTransport | None:
     """httpx's own connection pool, or aiohttp's under httpx's API (PROVIDER_HTTP_CLIENT)."""
     if settings.PROVIDER_HTTP_CLIENT == "aiohttp":
-        from httpx_aiohttp import AiohttpTransport
-
-        return AiohttpTransport(limits=limits, trust_env=False)
+        return AiohttpTransport(limits=limits)
     return None
+
+
+class _NoCookies(httpx.Cookies):
+    def extract_cookies(self, response: httpx.Response) -> None:
+        return None
+
+
+class ProviderClient(httpx.AsyncClient):
+    """An httpx client that keeps no cookies: an upstream's Set-Cookie must never ride along
+    on the next request (another user's), and skipping the cookie jar saves real time on
+    every call."""
+
+    _no_cookies = _NoCookies()
+
+    @property
+    def cookies(self) -> httpx.Cookies:
+        return self._no_cookies
+
+    @cookies.setter
+    def cookies(self, cookies: object) -> None:
+        return None
 
 
 def make_client(config: ProviderConfig) -> httpx.AsyncClient:
@@ -39,7 +59,7 @@ def make_client(config: ProviderConfig) -> httpx.AsyncClient:
         max_keepalive_connections=MAX_CONNECTIONS,
         keepalive_expiry=30,
     )
-    return httpx.AsyncClient(
+    return ProviderClient(
         base_url=config.http_base_url,
         timeout=config.timeout_s,
         limits=limits,

@@ -80,6 +80,9 @@ class ProviderAdapter(ABC):
         self.config = config
         self.client = client
         self.metrics = AdapterMetrics()
+        self._headers = self.headers()
+        # Absolute URLs parsed once: httpx would otherwise parse and merge them on every call.
+        self._urls: dict[str, httpx.URL] = {}
 
     @property
     def name(self) -> str:
@@ -107,9 +110,9 @@ class ProviderAdapter(ABC):
             async with asyncio.timeout(timeout):
                 response = await self.client.request(
                     method,
-                    path,
+                    self._url(path),
                     content=None if payload is None else json.dumps(payload),
-                    headers=self.headers(),
+                    headers=self._headers,
                     timeout=timeout,
                 )
             body = response.content
@@ -136,6 +139,13 @@ class ProviderAdapter(ABC):
         except ValueError as exc:
             raise self._failed(ErrorClass.MALFORMED, "the body is not JSON") from exc
         return decoded, latency_ms
+
+    def _url(self, path: str) -> httpx.URL:
+        url = self._urls.get(path)
+        if url is None:
+            # Appended, not joined: a base URL with a path (a proxy's prefix) keeps it.
+            url = self._urls[path] = httpx.URL(self.config.http_base_url + path)
+        return url
 
     def error_message(self, body: bytes) -> str:
         """The upstream's own words from an error body, in either common shape."""

@@ -78,6 +78,13 @@ class Wire:
         self.local_ports.append(stream.get_extra_info("client_addr")[1])
 
 
+@pytest.fixture(autouse=True, params=["aiohttp", "httpx"])
+def transport(request: pytest.FixtureRequest, settings: Any) -> str:
+    """Every adapter test runs on both connection pools the platform can use."""
+    settings.PROVIDER_HTTP_CLIENT = request.param
+    return request.param
+
+
 @pytest.fixture(scope="module")
 def fake_server() -> Iterator[FakeProvider]:
     with FakeProvider() as fake:
