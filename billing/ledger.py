@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import Error as DatabaseError
-from django.db import transaction
+from django.db import connections, models, transaction
 from django.db.models import F
 
 from providers.background import run_db, spawn
@@ -108,6 +108,33 @@ def write_records(rows: list[dict[str, Any]]) -> None:
                 StaticAnswer.objects.filter(pk=answer_id).update(
                     hit_count=F("hit_count") + hits[answer_id], last_hit_at=last_hit[answer_id]
                 )
-        CallRecord.objects.bulk_create(
-            [CallRecord(**row) for row in rows], batch_size=LedgerWriter.MAX_BATCH
-        )
+        _insert(rows)
+
+
+def _insert(rows: list[dict[str, Any]]) -> None:
+    """One multi-row INSERT: the same rows `bulk_create` would write, without a model instance
+    and an SQL compiler per row (several times the CPU, taken from the serving process). Values
+    the backend must adapt (times, UUIDs, JSON, decimals) go through the field's own
+    preparation; text, numbers and flags go as they are."""
+    db = connections[CallRecord.objects.db]
+    fields = [field for field in CallRecord._meta.concrete_fields if not field.primary_key]
+    plain = (models.CharField, models.TextField, models.IntegerField, models.BooleanField)
+    quote = db.ops.quote_name
+    sql = "INSERT INTO {} ({}) VALUES ({})".format(
+        quote(CallRecord._meta.db_table),
+        ", ".join(quote(field.column) for field in fields),
+        ", ".join(["%s"] * len(fields)),
+    )
+    columns = [
+        (field, None if isinstance(field, plain) else field.get_db_prep_save) for field in fields
+    ]
+    params = [
+        [
+            value if prepare is None else prepare(value, db)
+            for field, prepare in columns
+            for value in (row[field.attname] if field.attname in row else field.get_default(),)
+        ]
+        for row in rows
+    ]
+    with db.cursor() as cursor:
+        cursor.executemany(sql, params)

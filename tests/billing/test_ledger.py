@@ -122,3 +122,35 @@ async def test_closing_writes_what_is_left(writer):
         writer.add(_row())
     await writer.aclose()
     assert await _count() == 5
+
+
+async def test_every_field_is_written_as_the_orm_would_write_it(writer):
+    from decimal import Decimal
+
+    answer = await sync_to_async(make_static_answer)()
+    written = _row(
+        client="web-frontend",
+        priority="high",
+        task="faq",
+        attempts=[
+            {"provider": "ollama-local", "outcome": "error", "error_class": "timeout"},
+            {"provider": "openai-cloud", "outcome": "ok", "latency_ms": 840, "status": 200},
+        ],
+        final_provider="openai-cloud",
+        tier="secondary",
+        reason="primary_timeout",
+        latency_ms=1234,
+        tokens_in=17,
+        tokens_out=230,
+        cost=Decimal("0.00014055"),
+        cache_hit=True,
+        static_answer_id=answer.pk,
+        prompt_hash="f" * 64,
+        prompt="What is your refund policy?",
+    )
+    writer.add(dict(written))
+    await writer.flush()
+    record = await sync_to_async(CallRecord.objects.get)()
+    for field, value in written.items():
+        stored = getattr(record, field)
+        assert (str(stored) if field == "request_id" else stored) == value, field
