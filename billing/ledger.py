@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import Error as DatabaseError
-from django.db import connections, models, transaction
+from django.db import connections, models, router, transaction
 from django.db.models import F
 
 from providers.background import run_db, spawn
@@ -116,13 +116,13 @@ def _insert(rows: list[dict[str, Any]]) -> None:
     and an SQL compiler per row (several times the CPU, taken from the serving process). Values
     the backend must adapt (times, UUIDs, JSON, decimals) go through the field's own
     preparation; text, numbers and flags go as they are."""
-    db = connections[CallRecord.objects.db]
+    db = connections[router.db_for_write(CallRecord)]
     fields = [field for field in CallRecord._meta.concrete_fields if not field.primary_key]
     plain = (models.CharField, models.TextField, models.IntegerField, models.BooleanField)
     quote = db.ops.quote_name
     sql = "INSERT INTO {} ({}) VALUES ({})".format(
         quote(CallRecord._meta.db_table),
-        ", ".join(quote(field.column) for field in fields),
+        ", ".join(quote(str(field.column)) for field in fields),
         ", ".join(["%s"] * len(fields)),
     )
     columns = [
