@@ -467,20 +467,15 @@ class Bench:
                 raise BenchError(f"manage.py {name} failed:\n{done.stdout}\n{done.stderr}")
         self.gateway_ready = True
 
-    def gateway(self, transport: str, redis: bool, lean: bool = False) -> None:
+    def gateway(self, transport: str, redis: bool) -> None:
         self.setup_gateway()
-        target = f"gateway{'-lean' if lean else ''}{'+redis' if redis else ''}[{transport}]"
+        target = f"gateway{'+redis' if redis else ''}[{transport}]"
         env = {**self.env, "PROVIDER_HTTP_CLIENT": transport}
         if redis:
             env["REDIS_URL"] = REDIS_URL
             self.flush_redis()
         port = free_port()
-        if lean:  # the experiment in bench/lean_asgi.py
-            argv = self._uvicorn(
-                "lean_asgi:application", port, ["--app-dir", str(BENCH_DIR), "--lifespan", "on"]
-            )
-        else:
-            argv = self._uvicorn("failover_site.asgi:application", port, ["--lifespan", "on"])
+        argv = self._uvicorn("failover_site.asgi:application", port, ["--lifespan", "on"])
         proc = self.procs.start(target.replace("[", "-").rstrip("]"), argv, env, SERVER_CPU)
         try:
             base = f"http://127.0.0.1:{port}"
@@ -924,8 +919,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--targets",
         default="direct,passthrough,gateway",
-        help="Any of direct, passthrough, gateway; and lean: the experiment in bench/lean_asgi.py "
-        "(the gateway without Django's per-request ASGI machinery), off by default.",
+        help="Any of direct, passthrough, gateway.",
     )
     parser.add_argument("--transports", default="httpx,aiohttp", help="Any of httpx, aiohttp.")
     parser.add_argument(
@@ -953,7 +947,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.error("--connections: at least one count, each ≥ 1")
     args.targets = [t.strip() for t in args.targets.split(",") if t.strip()]
     args.transports = [t.strip() for t in args.transports.split(",") if t.strip()]
-    if bad := set(args.targets) - {"direct", "passthrough", "gateway", "lean"}:
+    if bad := set(args.targets) - {"direct", "passthrough", "gateway"}:
         parser.error(f"--targets: unknown {', '.join(sorted(bad))}")
     if bad := set(args.transports) - {"httpx", "aiohttp"}:
         parser.error(f"--transports: unknown {', '.join(sorted(bad))}")
@@ -1009,9 +1003,7 @@ def main(argv: list[str]) -> int:
 
     per_run = args.warmup + args.duration + 0.3
     servers = ("direct" in args.targets) + len(args.transports) * (
-        ("passthrough" in args.targets)
-        + ("gateway" in args.targets) * (1 + args.redis)
-        + ("lean" in args.targets)
+        ("passthrough" in args.targets) + ("gateway" in args.targets) * (1 + args.redis)
     )
     estimate = servers * len(args.connections) * per_run + 8 * servers + 15
     print(
@@ -1037,9 +1029,6 @@ def main(argv: list[str]) -> int:
             for redis in (False, True) if args.redis else (False,):
                 for transport in args.transports:
                     bench.gateway(transport, redis)
-        if "lean" in args.targets:
-            for transport in args.transports:
-                bench.gateway(transport, redis=False, lean=True)
         result = report(bench, facts, time.monotonic() - started)
         if args.json:
             Path(args.json).write_text(json.dumps(result, indent=2, default=str) + "\n")
