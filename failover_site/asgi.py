@@ -9,6 +9,7 @@ provider connections on shutdown.
 from __future__ import annotations
 
 import gc
+import io
 import logging
 import os
 from typing import Any
@@ -51,10 +52,32 @@ class ApiHandler(ASGIHandler):
         )
         self._middleware_chain = convert_exception_to_response(get_response)
 
+    async def read_body(self, receive: Any) -> Any:
+        """The body, refused past the API's limit as it arrives: Django's own reader would
+        spool any size to disk before a view could say no."""
+        limit = _max_body_bytes()
+        body = io.BytesIO()
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise RequestAborted()
+            body.write(message.get("body", b""))
+            if body.tell() > limit:
+                raise _BodyTooLarge
+            if not message.get("more_body", False):
+                break
+        body.seek(0)
+        return body
+
     async def handle(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         try:
+            if _declared_length(scope) > _max_body_bytes():
+                raise _BodyTooLarge
             body_file = await self.read_body(receive)
         except RequestAborted:
+            return
+        except _BodyTooLarge:
+            await self.send_response(_body_too_large(), send)
             return
         try:
             set_script_prefix(get_script_prefix(scope))
@@ -67,6 +90,33 @@ class ApiHandler(ASGIHandler):
             await self.send_response(response, send)
         finally:
             body_file.close()
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+def _max_body_bytes() -> int:
+    from providers.api import MAX_BODY_BYTES
+
+    return MAX_BODY_BYTES
+
+
+def _declared_length(scope: dict[str, Any]) -> int:
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            return int(value) if value.isdigit() else 0
+    return 0
+
+
+def _body_too_large() -> Any:
+    from providers.api import error_response
+    from providers.validation import ApiError
+
+    limit = _max_body_bytes()
+    return error_response(
+        ApiError(413, "body_too_large", f"The body may be at most {limit} bytes.")
+    )
 
 
 django_application = get_asgi_application()

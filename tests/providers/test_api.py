@@ -162,3 +162,26 @@ async def test_status_shows_budget_use(api, gateway, providers_configured, prima
     assert all_traffic["cap"] == 2.0 and all_traffic["spent"] > 0
     cloud = body["providers"][1]
     assert cloud["budgets"][0]["period"] == "month" and cloud["budgets"][0]["spent"] > 0
+
+
+async def test_a_declared_oversize_body_is_refused_before_it_is_read(api, gateway, primary):
+    response = await api.post(
+        URL, content=b"{" + b" " * 200_000 + b"}", headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "body_too_large"
+
+
+async def test_an_oversize_body_without_a_length_is_cut_off_as_it_arrives(api, gateway, primary):
+    sent = 0
+
+    async def endless():
+        nonlocal sent
+        for _ in range(1000):  # 16 MiB if nobody stops reading
+            sent += 16_384
+            yield b" " * 16_384
+
+    response = await api.post(URL, content=endless(), headers={"content-type": "application/json"})
+    assert response.status_code == 413
+    assert sent < 200_000  # the reader gave up after the limit, not at the end
+    assert primary.calls == 0
