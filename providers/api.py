@@ -105,7 +105,20 @@ async def complete(request: HttpRequest) -> JsonResponse:
         client=client,
     )
     gateway = get_gateway()
-    result = await route(routed, gateway)
+    try:
+        result = await route(routed, gateway)
+    except Exception:
+        # Providers' failures are classified inside the router; reaching this means the
+        # platform itself failed (its configuration couldn't be read, say). The request is
+        # still answered in JSON and still recorded.
+        logger.exception("routing failed for request %s", request_id)
+        result = RouteResult(
+            text="",
+            tier="none",
+            status=503,
+            reason="gateway_error",
+            error={"code": "unavailable", "message": "The gateway can't route requests now."},
+        )
     latency_ms = round((time.perf_counter() - started) * 1000)
     _to_ledger(gateway, routed, result, latency_ms)
 

@@ -38,14 +38,20 @@ class Clock:
 class _LoopState:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     poller: asyncio.Task[None] | None = None
+    rebuild: asyncio.Task[None] | None = None
 
 
 class SnapshotHolder:
-    """The current immutable snapshot. Rebuilt (with SQL, off the request's critical path in
-    steady state) when the config version moves: at once for a change made in this process,
-    within POLL_S for a change made in another."""
+    """The current immutable snapshot. When the config version moves (at once for a change
+    made in this process, within POLL_S for one made in another) it is rebuilt in the
+    background while requests go on with the one they have: a request never waits for SQL,
+    except the very first of the process, which has nothing else to go on."""
 
     POLL_S = 0.5
+    # The first build may wait this long for the database; a failed rebuild is retried after
+    # RETRY_S while the old snapshot keeps serving.
+    FIRST_BUILD_TIMEOUT_S = 10.0
+    RETRY_S = 1.0
 
     def __init__(self, store: StateStore, clock: Clock | None = None) -> None:
         self.store = store
@@ -58,25 +64,39 @@ class SnapshotHolder:
         self._stale = True
 
     async def current(self) -> Snapshot:
-        snapshot = self._snapshot
-        if snapshot is None or self._stale:
-            snapshot = await self.refresh()
         state = self._loop_state.get()
+        snapshot = self._snapshot
+        if snapshot is None:
+            snapshot = await asyncio.wait_for(self.refresh(), self.FIRST_BUILD_TIMEOUT_S)
+        elif self._stale and (state.rebuild is None or state.rebuild.done()):
+            state.rebuild = spawn(self._rebuild())
         if state.poller is None or state.poller.done():
             state.poller = spawn(self._poll())
         return snapshot
 
     async def refresh(self) -> Snapshot:
+        """Build a snapshot from the database now (tests and the first request wait for it)."""
         state = self._loop_state.get()
         async with state.lock:
             if self._snapshot is not None and not self._stale:
                 return self._snapshot  # another request rebuilt it while this one waited
-            self._stale = False
-            version = await self.store.config_version()
-            snapshot = await run_db(build_snapshot, version)
-            await self._seed_spend(snapshot)
+            self._stale = False  # a change committed during the build marks it stale again
+            try:
+                version = await self.store.config_version()
+                snapshot = await run_db(build_snapshot, version)
+                await self._seed_spend(snapshot)
+            except BaseException:
+                self._stale = True
+                raise
             self._snapshot = snapshot
             return snapshot
+
+    async def _rebuild(self) -> None:
+        try:
+            await self.refresh()
+        except Exception:  # the database or Redis: keep serving the snapshot we have
+            logger.exception("configuration snapshot rebuild failed; retrying")
+            await asyncio.sleep(self.RETRY_S)
 
     async def _seed_spend(self, snapshot: Snapshot) -> None:
         """Counters missing from the store (a restart, a flushed Redis) start from the ledger."""
@@ -90,8 +110,10 @@ class SnapshotHolder:
 
     async def aclose(self) -> None:
         state = self._loop_state.peek()
-        if state is not None and state.poller is not None:
-            state.poller.cancel()
+        if state is not None:
+            for task in (state.poller, state.rebuild):
+                if task is not None:
+                    task.cancel()
 
     async def _poll(self) -> None:
         while True:

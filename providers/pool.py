@@ -15,6 +15,7 @@ from django.conf import settings
 
 from .adapters import ADAPTERS
 from .adapters.base import ProviderAdapter
+from .background import spawn
 from .loop_local import LoopLocal
 from .snapshot import ProviderConfig
 from .transport import AiohttpTransport
@@ -70,10 +71,16 @@ def make_client(config: ProviderConfig) -> httpx.AsyncClient:
     )
 
 
+def _connection_key(config: ProviderConfig) -> tuple[str, str, str]:
+    """What a client is bound to. Priority, prices, model or timeout changing keeps it."""
+    return (config.kind, config.http_base_url, config.api_key)
+
+
 class AdapterPool:
     def __init__(self) -> None:
         self._adapters: LoopLocal[dict[str, ProviderAdapter]] = LoopLocal(dict)
         self._closing: set[asyncio.Task[None]] = set()
+        self._replaced: set[httpx.AsyncClient] = set()
 
     def get(self, config: ProviderConfig) -> ProviderAdapter | None:
         """The adapter for this configuration, made on first use; None for a kind this
@@ -85,24 +92,42 @@ class AdapterPool:
         adapter_class = ADAPTERS.get(config.kind)
         if adapter_class is None:
             return None
-        if adapter is not None:
-            self._close_later(adapter)
-        adapter = adapters[config.name] = adapter_class(config, make_client(config))
-        return adapter
+        if adapter is not None and _connection_key(adapter.config) == _connection_key(config):
+            client = adapter.client  # same endpoint and key: keep its warm connections
+        else:
+            if adapter is not None:
+                self._close_later(adapter)
+            client = make_client(config)
+        adapters[config.name] = adapter_class(config, client)
+        return adapters[config.name]
 
     def adapters(self) -> list[ProviderAdapter]:
         adapters = self._adapters.peek()
         return list(adapters.values()) if adapters else []
 
     def _close_later(self, adapter: ProviderAdapter) -> None:
-        task = asyncio.get_running_loop().create_task(adapter.client.aclose())
+        """Close a replaced client once the calls already on it have had their time."""
+
+        client = adapter.client
+        self._replaced.add(client)
+
+        async def close() -> None:
+            await asyncio.sleep(adapter.config.timeout_s + 1)
+            await client.aclose()
+            self._replaced.discard(client)
+
+        task = spawn(close())
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
 
     async def aclose(self) -> None:
         """Close this loop's clients (on shutdown)."""
         adapters = self._adapters.peek() or {}
-        await asyncio.gather(*(a.client.aclose() for a in adapters.values()))
+        for task in list(self._closing):
+            task.cancel()  # shutting down: the replaced clients close now, with the rest
+        await asyncio.gather(*self._closing, return_exceptions=True)
+        clients = {id(a.client): a.client for a in adapters.values()}
+        clients.update({id(client): client for client in self._replaced})
+        await asyncio.gather(*(client.aclose() for client in clients.values()))
         adapters.clear()
-        if self._closing:
-            await asyncio.gather(*self._closing, return_exceptions=True)
+        self._replaced.clear()

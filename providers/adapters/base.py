@@ -117,6 +117,8 @@ class ProviderAdapter(ABC):
             raise self._failed(ErrorClass.TIMEOUT, f"timed out: {exc!r}") from exc
         except httpx.TransportError as exc:
             raise self._failed(ErrorClass.REFUSED, f"{type(exc).__name__}: {exc}") from exc
+        except httpx.HTTPError as exc:  # e.g. a body that doesn't decode as its encoding says
+            raise self._failed(ErrorClass.MALFORMED, f"{type(exc).__name__}: {exc}") from exc
         latency_ms = (time.perf_counter() - started) * 1000
         self.metrics.last_latency_ms = latency_ms
         if response.status_code >= 400:
@@ -131,7 +133,7 @@ class ProviderAdapter(ABC):
             )
         try:
             decoded = json.loads(body)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise self._failed(ErrorClass.MALFORMED, "the body is not JSON") from exc
         return decoded, latency_ms
 
@@ -195,6 +197,12 @@ def estimate_tokens(text: str) -> int:
     return max(1, len(text) // 4)
 
 
+# No real answer has more; a bigger count is nonsense that would not fit the ledger's column.
+MAX_TOKEN_COUNT = 2**31 - 1
+
+
 def token_count(value: object) -> int:
     """A token count from an upstream body, or 0 when it's missing or nonsense."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_TOKEN_COUNT:
+        return value
+    return 0

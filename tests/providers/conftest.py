@@ -136,3 +136,7 @@ async def update_policy(**values) -> None:
         )
 
     await sync_to_async(change)()
+    # The process swaps snapshots in the background within a second; a test goes on at once.
+    from providers.gateway import get_gateway
+
+    await get_gateway().snapshots.refresh()

@@ -3,6 +3,7 @@ every fault classified by the error table, health checks, metrics, the contract 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -87,6 +88,12 @@ def transport(request: pytest.FixtureRequest, settings: Any) -> str:
 
 @pytest.fixture(scope="module")
 def fake_server() -> Iterator[FakeProvider]:
+    with FakeProvider() as fake:
+        yield fake
+
+
+@pytest.fixture
+def fake_server_2() -> Iterator[FakeProvider]:
     with FakeProvider() as fake:
         yield fake
 
@@ -566,19 +573,29 @@ class TestAdapterPool:
         assert second.client is first.client
         assert isinstance(first, ADAPTERS[kind])
 
-    async def test_it_makes_a_new_adapter_and_closes_the_old_client_when_the_config_changes(
-        self, fake, pool
-    ):
-        old = pool.get(provider_config("ollama", fake.url, timeout_s=5.0))
-        new = pool.get(provider_config("ollama", fake.url, timeout_s=9.0))
+    async def test_a_change_that_keeps_the_endpoint_keeps_the_warm_client(self, fake, pool):
+        old = pool.get(provider_config("ollama", fake.url, timeout_s=5.0, priority=10))
+        new = pool.get(provider_config("ollama", fake.url, timeout_s=9.0, priority=11))
 
         assert old is not None and new is not None
-        assert new is not old
-        assert new.client is not old.client
-        assert new.config.timeout_s == 9.0
+        assert new is not old and new.config.timeout_s == 9.0
+        assert new.client is old.client and not old.client.is_closed
         assert pool.adapters() == [new]
+
+    async def test_a_new_endpoint_gets_a_new_client_and_calls_in_flight_on_the_old_finish(
+        self, fake, fake_server_2, pool
+    ):
+        fake.set_fault(mode="slow", delay_ms=300)
+        old = pool.get(provider_config("ollama", fake.url, timeout_s=5.0))
+        in_flight = asyncio.ensure_future(old.complete(shop_question(), timeout=5))
+        await asyncio.sleep(0.05)
+        new = pool.get(provider_config("ollama", fake_server_2.url, timeout_s=5.0))
+
+        assert new is not None and new.client is not old.client
+        assert (await in_flight).text  # the replaced client wasn't closed under it
+        assert not old.client.is_closed
         await pool.aclose()
-        assert old.client.is_closed
+        assert old.client.is_closed and new.client.is_closed
 
     async def test_a_changed_key_gets_a_new_client(self, fake, pool):
         old = pool.get(provider_config("openai", fake.url, api_key="sk-old"))

@@ -341,10 +341,28 @@ async def test_200_concurrent_requests_leave_200_ledger_rows(api, gateway, prima
     assert {str(r.request_id) for r in rows} == {r.json()["request_id"] for r in responses}
 
 
-async def test_an_admin_change_is_served_at_once(api, gateway, primary, secondary):
+async def test_an_admin_change_is_served_within_a_second_without_sql_on_the_way(
+    api, gateway, primary, secondary
+):
+    from providers.selectors import policy_get
+    from providers.services import config_change_record, instance_snapshot
+
     assert (await ask(api)).json()["provider"] == "ollama-local"
-    await update_policy(kill_switch="static_only", kill_switch_reason="drill")
-    assert (await ask(api)).json()["tier"] in ("static", "degraded")
+
+    def operator_flips_the_switch() -> None:
+        policy = policy_get()
+        before = instance_snapshot(policy)
+        policy.kill_switch, policy.kill_switch_reason = "static_only", "drill"
+        policy.save()
+        config_change_record(
+            target=policy, action="kill_switch", before=before, after=instance_snapshot(policy)
+        )
+
+    await sync_to_async(operator_flips_the_switch)()
+    started = time.monotonic()
+    while (await ask(api)).json()["tier"] not in ("static", "degraded"):
+        assert time.monotonic() - started < 1.0
+        await asyncio.sleep(0.02)
 
 
 async def test_shutdown_writes_what_the_ledger_holds(api, gateway):
@@ -396,3 +414,52 @@ async def test_a_change_made_by_another_process_is_served_within_a_second(api, g
     while (await ask(api)).json()["tier"] not in ("static", "degraded"):
         assert time.monotonic() - started < 1.0
         await asyncio.sleep(0.05)
+
+
+async def test_an_unforeseen_adapter_error_is_a_provider_failure_not_a_500(
+    api, gateway, primary, monkeypatch, caplog
+):
+    from providers.adapters.ollama import OllamaAdapter
+
+    async def broken(self, request, *, timeout):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(OllamaAdapter, "complete", broken)
+    response = await ask(api)
+    assert response.status_code == 200 and response.json()["provider"] == "openai-cloud"
+    [record] = await ledger_rows(gateway)
+    assert record.attempts[0]["error_class"] == "malformed"
+    assert "unforeseen" in caplog.text
+
+
+async def test_a_failed_configuration_rebuild_keeps_the_last_one_serving(
+    api, gateway, primary, monkeypatch
+):
+    from providers import gateway as gateway_module
+
+    assert (await ask(api)).json()["provider"] == "ollama-local"
+
+    def database_down(version):
+        raise OSError("database unreachable")
+
+    monkeypatch.setattr(gateway_module, "build_snapshot", database_down)
+    gateway.snapshots.mark_stale()
+    for _ in range(3):
+        assert (await ask(api)).json()["provider"] == "ollama-local"
+
+
+async def test_when_the_gateway_itself_cannot_route_the_client_gets_a_json_503(
+    api, gateway, monkeypatch
+):
+    from providers import gateway as gateway_module
+
+    def database_down(version):
+        raise OSError("database unreachable")
+
+    monkeypatch.setattr(gateway_module, "build_snapshot", database_down)
+    response = await ask(api)
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "unavailable"
+    monkeypatch.undo()
+    [record] = await ledger_rows(gateway)
+    assert (record.status, record.reason) == (503, "gateway_error")
