@@ -2,20 +2,28 @@
 request's path (every second, or at 200 rows) and flushed on shutdown.
 
 A request only appends to a list; a background task does the SQL. A batch that fails to write
-is kept and tried again: a lost record is a bug.
+is kept and tried again, and inserting is idempotent (a record already written is skipped), so
+a retry never duplicates one. Records that can't reach the database at shutdown, or that pile up
+past SPILL_AFTER during an outage, go to files under DATA_DIR/ledger-spill and are written from
+there once the database answers: a lost record is a bug.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import os
 import threading
+import time
 from collections import Counter
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
-from django.db import Error as DatabaseError
+from django.conf import settings
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connections, models, router, transaction
 from django.db.models import F
 
@@ -27,14 +35,22 @@ from .models import CallRecord
 logger = logging.getLogger(__name__)
 
 
+def spill_dir() -> Path:
+    return Path(settings.DATA_DIR) / "ledger-spill"
+
+
 class LedgerWriter:
     MAX_BATCH = 200
     FLUSH_EVERY_S = 1.0
     RETRY_AFTER_S = 2.0
+    # Past this many records waiting on an unreachable database, they wait on disk instead.
+    SPILL_AFTER = 50_000
+    STOP_TIMEOUT_S = 10.0
 
     def __init__(self) -> None:
         self._pending: list[dict[str, Any]] = []
         self._lock = threading.Lock()
+        self._stopping = False
         self._wake: LoopLocal[asyncio.Event] = LoopLocal(asyncio.Event)
         self._tasks: LoopLocal[list[asyncio.Task[None]]] = LoopLocal(list)
         # One write at a time: an explicit flush waits for the one in flight.
@@ -56,34 +72,78 @@ class LedgerWriter:
 
     async def _run(self) -> None:
         wake = self._wake.get()
-        while True:
+        await self.replay_spilled()
+        while not self._stopping:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wake.wait(), self.FLUSH_EVERY_S)
             wake.clear()
-            if not await self.flush():
-                await asyncio.sleep(self.RETRY_AFTER_S)
+            if await self.flush():
+                continue
+            if len(self) > self.SPILL_AFTER:
+                self._spill()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), self.RETRY_AFTER_S)
 
     async def flush(self) -> bool:
-        """Write everything queued; True when nothing is left behind."""
+        """Write everything queued, a batch at a time; True when nothing is left behind."""
         async with self._writing.get():
-            with self._lock:
-                rows, self._pending = self._pending, []
-            if not rows:
-                return True
-            try:
-                await run_db(write_records, rows)
-            except DatabaseError:
-                logger.exception("ledger: %d records not written yet; retrying", len(rows))
+            while True:
                 with self._lock:
-                    self._pending[:0] = rows
-                return False
-            return True
+                    rows = self._pending[: self.MAX_BATCH]
+                    del self._pending[: self.MAX_BATCH]
+                if not rows:
+                    return True
+                try:
+                    await run_db(write_records, rows)
+                except Exception:  # any failure keeps the rows: an outage, or a bug to fix
+                    logger.exception("ledger: %d records not written yet; retrying", len(rows))
+                    with self._lock:
+                        self._pending[:0] = rows
+                    return False
 
     async def aclose(self) -> None:
+        """Shutdown: let the background writer finish, write the rest, spill what can't be."""
+        self._stopping = True
         for task in self._tasks.peek() or []:
-            task.cancel()
+            self._wake.get().set()
+            try:
+                await asyncio.wait_for(asyncio.shield(task), self.STOP_TIMEOUT_S)
+            except TimeoutError:
+                task.cancel()
         if not await self.flush():
-            logger.error("ledger: %d records could not be written at shutdown", len(self))
+            self._spill()
+
+    def _spill(self) -> None:
+        with self._lock:
+            rows, self._pending = self._pending, []
+        if not rows:
+            return
+        directory = spill_dir()
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"{int(time.time() * 1000)}-{os.getpid()}.jsonl"
+        with path.open("w", encoding="utf-8") as spill:
+            for row in rows:
+                spill.write(json.dumps(row, cls=DjangoJSONEncoder) + "\n")
+        logger.error("ledger: database unreachable; %d records kept in %s", len(rows), path)
+
+    async def replay_spilled(self) -> None:
+        """Write records an earlier run (or this one) left on disk, then remove the files."""
+        directory = spill_dir()
+        if not directory.is_dir():
+            return
+        for path in sorted(directory.glob("*.jsonl")):
+            try:
+                rows = [json.loads(line) for line in path.read_text().splitlines() if line]
+            except FileNotFoundError:
+                continue  # another process took it
+            try:
+                for start in range(0, len(rows), self.MAX_BATCH):
+                    await run_db(write_records, rows[start : start + self.MAX_BATCH])
+            except Exception:
+                logger.exception("ledger: %s not written yet; kept for the next start", path)
+                return
+            path.unlink(missing_ok=True)
+            logger.warning("ledger: wrote %d spilled records from %s", len(rows), path)
 
 
 def write_records(rows: list[dict[str, Any]]) -> None:
@@ -120,10 +180,12 @@ def _insert(rows: list[dict[str, Any]]) -> None:
     fields = [field for field in CallRecord._meta.concrete_fields if not field.primary_key]
     plain = (models.CharField, models.TextField, models.IntegerField, models.BooleanField)
     quote = db.ops.quote_name
-    sql = "INSERT INTO {} ({}) VALUES ({})".format(
+    # Idempotent: a retry after a commit whose answer was lost skips what is already there.
+    sql = "INSERT INTO {} ({}) VALUES ({}) ON CONFLICT ({}) DO NOTHING".format(
         quote(CallRecord._meta.db_table),
         ", ".join(quote(str(field.column)) for field in fields),
         ", ".join(["%s"] * len(fields)),
+        quote("request_id"),
     )
     columns = [
         (field, None if isinstance(field, plain) else field.get_db_prep_save) for field in fields
@@ -132,9 +194,31 @@ def _insert(rows: list[dict[str, Any]]) -> None:
         [
             value if prepare is None else prepare(value, db)
             for field, prepare in columns
-            for value in (row[field.attname] if field.attname in row else field.get_default(),)
+            for value in (
+                _storable(row[field.attname] if field.attname in row else field.get_default()),
+            )
         ]
         for row in rows
     ]
     with db.cursor() as cursor:
         cursor.executemany(sql, params)
+
+
+# PostgreSQL's integer column: a count past it would fail the whole batch, forever.
+_MAX_INT = 2**31 - 1
+
+
+def _storable(value: Any) -> Any:
+    """What every backend accepts: no NUL characters in text (PostgreSQL refuses them, and an
+    upstream's error body may carry one), no integer past the column's range."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd") if "\x00" in value else value
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return max(-_MAX_INT, min(value, _MAX_INT))
+    if isinstance(value, list):
+        return [_storable(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _storable(item) for key, item in value.items()}
+    return value

@@ -150,7 +150,9 @@ async def _lifespan(receive: Any, send: Any) -> None:
             gc.freeze()
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
-            await get_gateway().aclose()
-            logger.info("shut down: ledger flushed, provider connections closed")
-            await send({"type": "lifespan.shutdown.complete"})
+            try:
+                await get_gateway().aclose()
+                logger.info("shut down: ledger flushed, provider connections closed")
+            finally:
+                await send({"type": "lifespan.shutdown.complete"})
             return

@@ -143,10 +143,14 @@ class Gateway:
 
     async def aclose(self) -> None:
         """Shutdown: write what the ledger holds, close the provider clients."""
-        await self.snapshots.aclose()
-        await self.ledger.aclose()
-        await self.adapters.aclose()
-        await self.store.aclose()
+        try:
+            await self.snapshots.aclose()
+            await self.ledger.aclose()
+        finally:
+            try:
+                await self.adapters.aclose()
+            finally:
+                await self.store.aclose()
 
 
 _gateway: Gateway | None = None

@@ -154,3 +154,54 @@ async def test_every_field_is_written_as_the_orm_would_write_it(writer):
     for field, value in written.items():
         stored = getattr(record, field)
         assert (str(stored) if field == "request_id" else stored) == value, field
+
+
+async def test_text_and_numbers_no_backend_accepts_are_made_storable(writer):
+    writer.add(
+        _row(
+            prompt="nul\x00inside",
+            tokens_out=2**64,
+            attempts=[{"provider": "p", "outcome": "error", "detail": "bad\x00body"}],
+        )
+    )
+    assert await writer.flush() is True
+    record = await sync_to_async(CallRecord.objects.get)()
+    assert record.prompt == "nul\ufffdinside"
+    assert record.tokens_out == 2**31 - 1
+    assert record.attempts[0]["detail"] == "bad\ufffdbody"
+
+
+async def test_writing_the_same_record_twice_keeps_one(writer):
+    row = _row()
+    writer.add(dict(row))
+    await writer.flush()
+    writer.add(dict(row))  # a retry after a commit whose answer was lost
+    assert await writer.flush() is True
+    assert await _count() == 1
+
+
+async def test_records_the_database_cannot_take_at_shutdown_wait_on_disk(
+    writer, monkeypatch, settings, tmp_path
+):
+    settings.DATA_DIR = tmp_path
+
+    def unreachable(rows):
+        raise OperationalError("could not connect to server")
+
+    monkeypatch.setattr(ledger_module, "write_records", unreachable)
+    ids = []
+    for _ in range(3):
+        row = _row()
+        ids.append(row["request_id"])
+        writer.add(row)
+    await writer.aclose()
+    [spilled] = list((tmp_path / "ledger-spill").glob("*.jsonl"))
+    assert len(spilled.read_text().splitlines()) == 3
+    monkeypatch.undo()
+    settings.DATA_DIR = tmp_path
+    await LedgerWriter().replay_spilled()  # the next start
+    stored = await sync_to_async(
+        lambda: {str(r) for r in CallRecord.objects.values_list("request_id", flat=True)}
+    )()
+    assert stored == set(ids)
+    assert not spilled.exists()
