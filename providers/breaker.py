@@ -52,6 +52,8 @@ class BreakerState:
     opened_at: float = 0.0
     open_until: float = 0.0
     half_opened_at: float = 0.0
+    last_probe_at: float = 0.0  # when the last probe slot was taken
+    closed_at: float = 0.0  # calls before this don't count toward tripping it again
     reopens: int = 0  # opens since the last clean close: the cooldown's exponent
     probes_admitted: int = 0
     probes_succeeded: int = 0
@@ -134,7 +136,7 @@ def admit(name: str, current: BreakerState, policy: PolicyConfig, now: float) ->
         return Decision(Admission.PROBE, transition=half_open, events=(event,))
     if current.probes_admitted < policy.half_open_probes:
         return Decision(Admission.PROBE)
-    if now - current.half_opened_at > _probe_stale_after(policy):
+    if now - max(current.half_opened_at, current.last_probe_at) > _probe_stale_after(policy):
         # Every probe slot was taken and none reported back (its process died): start over.
         event = BreakerEvent(EventKind.HALF_OPENED, name, now, "probes_lost")
         return Decision(Admission.PROBE, transition=_half_open(current, now), events=(event,))
@@ -176,6 +178,7 @@ def on_outcome(
                 probes_admitted=0,
                 probes_succeeded=0,
                 open_until=0.0,
+                closed_at=now,
             )
             return closed, (BreakerEvent(EventKind.CLOSED, name, now, current.reason),)
         return None, ()

@@ -209,7 +209,9 @@ async def _attempt(
     if deadline - gateway.clock.mono() < MIN_ATTEMPT_S:  # the bookkeeping took the time left
         return _AttemptResult(Attempt(name, "skipped", "deadline_exceeded"))
     was_probe = decision.admission == Admission.PROBE
-    if was_probe and not await store.acquire_probe(name, state.version, policy.half_open_probes):
+    if was_probe and not await store.acquire_probe(
+        name, state.version, policy.half_open_probes, gateway.clock.wall()
+    ):
         events.append(
             breaker.BreakerEvent(breaker.EventKind.PROBE_REJECTED, name, gateway.clock.wall())
         )

@@ -108,8 +108,11 @@ class StateStore(ABC):
         """Replace the breaker if it is still at `expected_version`; False if someone moved."""
 
     @abstractmethod
-    async def acquire_probe(self, name: str, version: int, limit: int) -> bool:
-        """Take one of the `limit` half-open probe slots of that version, if one is left."""
+    async def acquire_probe(
+        self, name: str, version: int, limit: int, now: float | None = None
+    ) -> bool:
+        """Take one of the `limit` half-open probe slots of that version, if one is left
+        (noting when, so a round whose probes never report can be told from a slow one)."""
 
     @abstractmethod
     async def set_mode(self, name: str, mode: Mode) -> BreakerState:
@@ -201,13 +204,18 @@ class MemoryStore(StateStore):
         self._states[name] = current
         for increment in spend:
             self._spend[increment.key] = self._spend.get(increment.key, 0.0) + increment.amount
-        stats = self._stats(counters, windows, index) if want_stats else None
+        stats = None
+        if want_stats:
+            stats = self._stats(counters, windows, index, windows.bucket(current.closed_at))
         return current, stats
 
-    def _stats(self, counters: _ProviderCounters, windows: Windows, index: int) -> WindowStats:
+    def _stats(
+        self, counters: _ProviderCounters, windows: Windows, index: int, closed_bucket: int
+    ) -> WindowStats:
+        """The windows' sums, from after the breaker last closed."""
         calls = failures = slow = p95_calls = over = 0
-        failure_from = index - windows.buckets_in(windows.failure_window_s)
-        p95_from = index - windows.buckets_in(windows.p95_window_s)
+        failure_from = max(index - windows.buckets_in(windows.failure_window_s), closed_bucket)
+        p95_from = max(index - windows.buckets_in(windows.p95_window_s), closed_bucket)
         for i, bucket in counters.buckets.items():
             if i > failure_from:
                 calls += int(bucket[0])
@@ -225,7 +233,9 @@ class MemoryStore(StateStore):
         self._states[name] = replace(new, version=expected_version + 1)
         return True
 
-    async def acquire_probe(self, name: str, version: int, limit: int) -> bool:
+    async def acquire_probe(
+        self, name: str, version: int, limit: int, now: float | None = None
+    ) -> bool:
         current = self._states.get(name, BreakerState())
         if (
             current.version != version
@@ -233,7 +243,11 @@ class MemoryStore(StateStore):
             or current.probes_admitted >= limit
         ):
             return False
-        self._states[name] = replace(current, probes_admitted=current.probes_admitted + 1)
+        self._states[name] = replace(
+            current,
+            probes_admitted=current.probes_admitted + 1,
+            last_probe_at=current.last_probe_at if now is None else now,
+        )
         return True
 
     async def set_mode(self, name: str, mode: Mode) -> BreakerState:

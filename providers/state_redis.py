@@ -58,13 +58,18 @@ elseif ARGV[2] == '1' then
   end
 end
 for i = 3, #KEYS do
-  local a = 13 + (i - 3) * 2
+  local a = 14 + (i - 3) * 2
   redis.call('INCRBYFLOAT', KEYS[i], ARGV[a])
   redis.call('EXPIRE', KEYS[i], tonumber(ARGV[a + 1]))
 end
 local stats = {}
 if ARGV[8] == '1' then
   local idx, fw, pw = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
+  -- only calls after the breaker last closed count toward tripping it again
+  local closed_at = tonumber(redis.call('HGET', b, 'closed_at') or '0')
+  local closed = math.floor(closed_at / tonumber(ARGV[13]))
+  fw = math.max(0, math.min(fw, idx - closed))
+  pw = math.max(0, math.min(pw, idx - closed))
   local c, f, s, pc, p = 0, 0, 0, 0, 0
   for i = 0, math.max(fw, pw) - 1 do
     local v = redis.call('HMGET', ARGV[9] .. (idx - i), 'c', 'f', 's', 'p')
@@ -96,6 +101,7 @@ local st = redis.call('HMGET', KEYS[1], 'version', 'state', 'probes_admitted')
 if tonumber(st[1] or '0') ~= tonumber(ARGV[1]) or st[2] ~= 'half_open' then return 0 end
 if tonumber(st[3] or '0') >= tonumber(ARGV[2]) then return 0 end
 redis.call('HINCRBY', KEYS[1], 'probes_admitted', 1)
+if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'last_probe_at', ARGV[3]) end
 return 1
 """
 
@@ -107,7 +113,7 @@ return v
 """
 
 _INT_FIELDS = {"version", "consecutive_failures", "reopens", "probes_admitted", "probes_succeeded"}
-_FLOAT_FIELDS = {"opened_at", "open_until", "half_opened_at"}
+_FLOAT_FIELDS = {"opened_at", "open_until", "half_opened_at", "last_probe_at", "closed_at"}
 
 
 def _breaker_key(name: str) -> str:
@@ -220,6 +226,7 @@ class RedisStore(StateStore):
             index,
             windows.buckets_in(windows.failure_window_s),
             windows.buckets_in(windows.p95_window_s),
+            windows.bucket_s,
         ]
         for increment in spend:
             args += [repr(increment.amount), increment.ttl_s]
@@ -236,8 +243,11 @@ class RedisStore(StateStore):
         )
         return bool(moved)
 
-    async def acquire_probe(self, name: str, version: int, limit: int) -> bool:
-        return bool(await self._client()[3](keys=[_breaker_key(name)], args=[version, limit]))
+    async def acquire_probe(
+        self, name: str, version: int, limit: int, now: float | None = None
+    ) -> bool:
+        args = [version, limit, "" if now is None else repr(now)]
+        return bool(await self._client()[3](keys=[_breaker_key(name)], args=args))
 
     async def set_mode(self, name: str, mode: Mode) -> BreakerState:
         version = await self._client()[4](keys=[_breaker_key(name)], args=[mode.value])
@@ -371,8 +381,10 @@ class ResilientStore(StateStore):
     async def transition(self, name: str, expected_version: int, new: BreakerState) -> bool:
         return bool(await self._call("transition", name, expected_version, new))
 
-    async def acquire_probe(self, name: str, version: int, limit: int) -> bool:
-        return bool(await self._call("acquire_probe", name, version, limit))
+    async def acquire_probe(
+        self, name: str, version: int, limit: int, now: float | None = None
+    ) -> bool:
+        return bool(await self._call("acquire_probe", name, version, limit, now))
 
     async def set_mode(self, name: str, mode: Mode) -> BreakerState:
         result: BreakerState = await self._call("set_mode", name, mode)

@@ -363,3 +363,16 @@ def test_an_operator_mode_never_transitions_on_an_outcome(mode, outcome):
     current = BreakerState(mode=mode, consecutive_failures=10)
     stats = WindowStats(calls=10, failures=10, slow=10, p95_calls=10, over_p95=10)
     assert on_outcome(NAME, current, stats, outcome, POLICY, T0, was_probe=False) == (None, ())
+
+
+def test_a_round_whose_last_probe_is_recent_is_not_taken_for_lost():
+    from providers.breaker import Admission, BreakerState, State, admit
+    from providers.snapshot import PolicyConfig
+
+    policy = PolicyConfig(half_open_probes=3, request_deadline_s=30)
+    current = BreakerState(
+        state=State.HALF_OPEN, version=4, half_opened_at=100.0, last_probe_at=150.0,
+        probes_admitted=3,
+    )  # fmt: skip
+    assert admit("p", current, policy, now=161.0).admission == Admission.REJECT
+    assert admit("p", current, policy, now=211.0).admission == Admission.PROBE

@@ -306,3 +306,20 @@ async def test_two_redis_stores_on_one_url_share_one_breaker(redis_store, second
     )
     assert grants.count(True) == 3
     assert (await one.read(NAME))[0].probes_admitted == 3
+
+
+async def test_calls_before_the_breaker_last_closed_no_longer_count(store):
+    for second in range(5):
+        await record(store, T0 + second, sample=call(failure=True))
+    current, _ = await store.read(NAME)
+    closed = BreakerState(state=State.CLOSED, version=current.version + 1, closed_at=T0 + 10)
+    assert await store.transition(NAME, current.version, closed)
+    _, stats = await record(store, T0 + 12, sample=call(failure=True), want_stats=True)
+    assert stats == WindowStats(calls=1, failures=1, slow=0, p95_calls=1, over_p95=0)
+
+
+async def test_a_probe_slot_notes_when_it_was_taken(store):
+    half = await half_open(store)
+    assert await store.acquire_probe(NAME, half.version, 3, T0 + 75)
+    current, _ = await store.read(NAME)
+    assert current.last_probe_at == T0 + 75 and current.probes_admitted == 1
