@@ -196,6 +196,9 @@ async def status(request: HttpRequest) -> JsonResponse:
         response = error_response(ApiError(405, "method_not_allowed", "Use GET."))
         response["Allow"] = "GET"
         return response
+    problem = _checked_host(request)
+    if problem is not None:
+        return error_response(problem)
     gateway = get_gateway()
     snapshot = await gateway.snapshots.current()
     policy = snapshot.policy

@@ -121,3 +121,23 @@ def test_the_services_pass_runs_on_postgresql_and_redis(settings):
     cache.set("failover-test-key", "stored", 5)
     assert cache.get("failover-test-key") == "stored"
     assert redis.Redis.from_url(settings.REDIS_URL).ping() is True
+
+
+async def test_a_body_too_large_for_any_page_is_refused_as_it_arrives():
+    import httpx
+
+    from failover_site.asgi import application
+
+    sent = 0
+
+    async def endless():
+        nonlocal sent
+        for _ in range(1000):  # 64 MiB if nobody stops reading
+            sent += 65_536
+            yield b"x" * 65_536
+
+    transport = httpx.ASGITransport(app=application)
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+        response = await client.post("/admin/login/", content=endless())
+    assert response.status_code == 413
+    assert sent < 4 * 1024 * 1024  # the default cap is 1 MiB

@@ -185,3 +185,8 @@ async def test_an_oversize_body_without_a_length_is_cut_off_as_it_arrives(api, g
     assert response.status_code == 413
     assert sent < 200_000  # the reader gave up after the limit, not at the end
     assert primary.calls == 0
+
+
+async def test_status_refuses_an_unknown_host(api, gateway):
+    response = await api.get("/api/v1/status", headers={"host": "evil.example"})
+    assert response.status_code == 400
