@@ -21,9 +21,15 @@ def budget_spend(*, budget_id: int, now: float) -> Decimal:
     """What the ledger says a budget's scope spent in its current period (the truth the
     state store's counters are rebuilt from)."""
     budget = Budget.objects.select_related("provider").get(pk=budget_id)
+    from providers.models import Provider
+
     records = CallRecord.objects.filter(created_at__gte=period_start(budget.period, now))
     if budget.scope == BudgetScope.PROVIDER and budget.provider is not None:
         records = records.filter(final_provider=budget.provider.name)
-    elif budget.scope == BudgetScope.CLIENT:
-        records = records.filter(client=budget.client)
+    else:
+        # As the live counters: self-hosted providers' spend never counts against these.
+        local = Provider.objects.filter(is_local=True).values("name")
+        records = records.exclude(final_provider__in=local)
+        if budget.scope == BudgetScope.CLIENT:
+            records = records.filter(client=budget.client)
     return records.filter(~Q(cost=0)).aggregate(total=Sum("cost"))["total"] or Decimal("0")

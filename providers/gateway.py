@@ -52,6 +52,7 @@ class SnapshotHolder:
     # RETRY_S while the old snapshot keeps serving.
     FIRST_BUILD_TIMEOUT_S = 10.0
     RETRY_S = 1.0
+    SEED_EVERY_S = 30.0
 
     def __init__(self, store: StateStore, clock: Clock | None = None) -> None:
         self.store = store
@@ -116,8 +117,18 @@ class SnapshotHolder:
                     task.cancel()
 
     async def _poll(self) -> None:
+        polls_per_seed = max(1, round(self.SEED_EVERY_S / self.POLL_S))
+        polls = 0
         while True:
             await asyncio.sleep(self.POLL_S)
+            polls += 1
+            if polls % polls_per_seed == 0 and self._snapshot is not None:
+                # Counters lost with Redis (or kept only locally during its outage) come back
+                # from the ledger within this long.
+                try:
+                    await self._seed_spend(self._snapshot)
+                except Exception:
+                    logger.exception("budget counters could not be checked against the ledger")
             try:
                 version = await self.store.config_version()
             except Exception:  # the store falls back on its own; never let the poller die

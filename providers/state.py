@@ -124,7 +124,8 @@ class StateStore(ABC):
 
     @abstractmethod
     async def seed_spend(self, key: str, amount: float, ttl_s: int) -> None:
-        """Set a spend counter that doesn't exist yet (rebuilt from the ledger)."""
+        """Raise a spend counter to at least `amount`, the ledger's figure: a counter lost with
+        a Redis restart comes back, one ahead of the (batched) ledger is kept as it is."""
 
     @abstractmethod
     async def config_version(self) -> int: ...
@@ -273,7 +274,7 @@ class MemoryStore(StateStore):
         return summarize(calls, failures, histogram, windows)
 
     async def seed_spend(self, key: str, amount: float, ttl_s: int) -> None:
-        self._spend.setdefault(key, amount)
+        self._spend[key] = max(self._spend.get(key, 0.0), amount)
 
     async def config_version(self) -> int:
         return self._version

@@ -112,6 +112,14 @@ redis.call('HSET', KEYS[1], 'mode', ARGV[1], 'state', 'closed', 'version', v)
 return v
 """
 
+_SEED_SPEND = """
+local current = tonumber(redis.call('GET', KEYS[1]) or '-1')
+if current < tonumber(ARGV[1]) then
+  redis.call('SET', KEYS[1], ARGV[1], 'EX', tonumber(ARGV[2]))
+end
+return 1
+"""
+
 _INT_FIELDS = {"version", "consecutive_failures", "reopens", "probes_admitted", "probes_succeeded"}
 _FLOAT_FIELDS = {"opened_at", "open_until", "half_opened_at", "last_probe_at", "closed_at"}
 
@@ -177,6 +185,7 @@ class RedisStore(StateStore):
                 client.register_script(_TRANSITION),
                 client.register_script(_ACQUIRE_PROBE),
                 client.register_script(_SET_MODE),
+                client.register_script(_SEED_SPEND),
             )
         return entry
 
@@ -274,7 +283,7 @@ class RedisStore(StateStore):
         return summarize(calls, failures, histogram, windows)
 
     async def seed_spend(self, key: str, amount: float, ttl_s: int) -> None:
-        await self._client()[0].set(f"fo:{key}", repr(amount), ex=ttl_s, nx=True)
+        await self._client()[5](keys=[f"fo:{key}"], args=[repr(amount), ttl_s])
 
     async def config_version(self) -> int:
         return int(await self._client()[0].get(VERSION_KEY) or 0)

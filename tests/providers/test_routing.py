@@ -463,3 +463,41 @@ async def test_when_the_gateway_itself_cannot_route_the_client_gets_a_json_503(
     monkeypatch.undo()
     [record] = await ledger_rows(gateway)
     assert (record.status, record.reason) == (503, "gateway_error")
+
+
+@pytest.mark.services
+async def test_budget_counters_lost_with_redis_come_back_from_the_ledger(
+    api, gateway, primary, secondary, monkeypatch
+):
+    import redis as redis_client
+    from django.conf import settings
+
+    monkeypatch.setattr(gateway.snapshots, "SEED_EVERY_S", 0.5)
+    await _budget("1.00")
+    await _spent_today("0.90")
+    primary.stop()
+    assert (await ask(api, "Write a limerick.")).json()["tier"] == "degraded"
+    redis_client.Redis.from_url(settings.REDIS_URL).flushdb()  # Redis restarted empty
+    started = time.monotonic()
+    while time.monotonic() - started < 3:
+        await asyncio.sleep(0.2)
+        if (await ask(api, "Write a limerick.")).json()["tier"] == "degraded":
+            break
+    assert (await ask(api, "Write a limerick.")).json()["tier"] == "degraded"
+
+
+async def test_a_self_hosted_providers_spend_never_counts_against_a_cloud_budget(
+    api, gateway, providers_configured
+):
+    import time as clock
+
+    from billing.selectors import budget_spend
+
+    await _budget("1.00")
+    await sync_to_async(CallRecord.objects.create)(
+        final_provider="ollama-local", tier="primary", outcome="ok", status=200, cost=Decimal("3")
+    )
+    await _spent_today("0.25")
+    budget = await sync_to_async(Budget.objects.get)()
+    spent = await sync_to_async(budget_spend)(budget_id=budget.pk, now=clock.time())
+    assert spent == Decimal("0.25")

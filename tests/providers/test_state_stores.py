@@ -223,14 +223,14 @@ async def test_spend_increments_accumulate_per_key(store):
     assert spent == {SPEND: pytest.approx(0.75), OTHER_SPEND: pytest.approx(1.5)}
 
 
-async def test_seed_spend_sets_a_missing_counter_and_never_overwrites_one(store):
-    await store.seed_spend(SPEND, 4.0, 3600)
-    await store.seed_spend(SPEND, 100.0, 3600)
+async def test_seed_spend_raises_a_counter_to_the_ledgers_figure_and_never_lowers_it(store):
+    await store.seed_spend(SPEND, 4.0, 3600)  # missing: set
+    await store.seed_spend(SPEND, 3.0, 3600)  # behind the live counter: kept
     await record(store, sample=call(), spend=(SpendIncrement(OTHER_SPEND, 2.0, 3600),))
-    await store.seed_spend(OTHER_SPEND, 100.0, 3600)
+    await store.seed_spend(OTHER_SPEND, 100.0, 3600)  # the counter lost spend: raised
     await record(store, sample=call(), spend=(SpendIncrement(SPEND, 1.0, 3600),))
     _, spent = await store.read(NAME, [SPEND, OTHER_SPEND])
-    assert spent == {SPEND: pytest.approx(5.0), OTHER_SPEND: pytest.approx(2.0)}
+    assert spent == {SPEND: pytest.approx(5.0), OTHER_SPEND: pytest.approx(100.0)}
 
 
 async def test_set_mode_resets_to_closed_with_the_mode_and_a_higher_version(store):
