@@ -288,6 +288,9 @@ class RedisStore(StateStore):
     async def config_version(self) -> int:
         return int(await self._client()[0].get(VERSION_KEY) or 0)
 
+    async def bump_config_version_async(self) -> int:
+        return int(await self._client()[0].incr(VERSION_KEY))
+
     def bump_config_version(self) -> int:
         if self._sync_client is None:
             self._sync_client = redis.Redis.from_url(
@@ -320,6 +323,8 @@ class ResilientStore(StateStore):
         self._down_since: float | None = None
         self._retry_at = 0.0
         self._last_error = ""
+        # A change committed while Redis was down: the other processes learn of it once it's back.
+        self._bump_pending = False
 
     def health(self) -> dict[str, Any]:
         if self._down_since is None:
@@ -335,8 +340,12 @@ class ResilientStore(StateStore):
     async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         now = time.monotonic()
         if self._down_since is None or now >= self._retry_at:
+            self._retry_at = now + self.RETRY_AFTER_S  # one request retries a stalled Redis
             try:
                 result = await getattr(self.primary, method)(*args, **kwargs)
+                if self._bump_pending:
+                    await self.primary.bump_config_version_async()
+                    self._bump_pending = False
             except REDIS_ERRORS as exc:
                 self._went_down(exc, now)
             else:
@@ -416,5 +425,11 @@ class ResilientStore(StateStore):
         try:
             return self.primary.bump_config_version()
         except REDIS_ERRORS as exc:
-            logger.error("Redis unreachable for the config version (%s): bumping locally", exc)
+            if not self._bump_pending:
+                logger.error(
+                    "Redis unreachable for the config version (%s): the other processes get "
+                    "this change once it is back",
+                    exc,
+                )
+            self._bump_pending = True
             return self.fallback.bump_config_version()

@@ -153,3 +153,41 @@ async def test_with_redis_up_it_reads_and_writes_through_to_redis():
         await close_redis_store(resilient.primary)
         await close_redis_store(plain)
         flush_redis(url)
+
+
+@pytest.mark.services
+async def test_a_change_committed_while_redis_was_down_reaches_it_once_it_is_back(
+    closed_port, tmp_path
+):
+    import shutil
+    import subprocess
+    import time as clock
+
+    import redis as redis_client
+
+    from providers.state_redis import VERSION_KEY
+
+    url = f"redis://127.0.0.1:{closed_port}/0"
+    store = ResilientStore(RedisStore(url))
+    store.RETRY_AFTER_S = 0.0
+    assert store.bump_config_version() == 1  # Redis down: this process only
+    server = subprocess.Popen(
+        [shutil.which("redis-server") or "redis-server", "--port", str(closed_port),
+         "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = clock.monotonic() + 10
+        while True:
+            try:
+                redis_client.Redis.from_url(url).ping()
+                break
+            except redis_client.ConnectionError:
+                assert clock.monotonic() < deadline
+                clock.sleep(0.05)
+        await store.read(NAME)  # the next call that reaches Redis carries the change over
+        assert int(redis_client.Redis.from_url(url).get(VERSION_KEY)) == 1
+        await store.aclose()
+    finally:
+        server.kill()
+        server.wait()
