@@ -85,21 +85,22 @@ class LedgerWriter:
                 await asyncio.wait_for(wake.wait(), self.RETRY_AFTER_S)
 
     async def flush(self) -> bool:
-        """Write everything queued, a batch at a time; True when nothing is left behind."""
+        """Write what is queued now, a batch at a time; True when none of it is left behind.
+        (Records queued meanwhile wait for the next flush: chasing them would turn a busy
+        second into a stream of tiny transactions.)"""
         async with self._writing.get():
-            while True:
-                with self._lock:
-                    rows = self._pending[: self.MAX_BATCH]
-                    del self._pending[: self.MAX_BATCH]
-                if not rows:
-                    return True
+            with self._lock:
+                rows, self._pending = self._pending, []
+            for start in range(0, len(rows), self.MAX_BATCH):
                 try:
-                    await run_db(write_records, rows)
+                    await run_db(write_records, rows[start : start + self.MAX_BATCH])
                 except Exception:  # any failure keeps the rows: an outage, or a bug to fix
-                    logger.exception("ledger: %d records not written yet; retrying", len(rows))
+                    left = rows[start:]
+                    logger.exception("ledger: %d records not written yet; retrying", len(left))
                     with self._lock:
-                        self._pending[:0] = rows
+                        self._pending[:0] = left
                     return False
+            return True
 
     async def aclose(self) -> None:
         """Shutdown: let the background writer finish, write the rest, spill what can't be."""
@@ -194,11 +195,9 @@ def _insert(rows: list[dict[str, Any]]) -> None:
         [
             value if prepare is None else prepare(value, db)
             for field, prepare in columns
-            for value in (
-                _storable(row[field.attname] if field.attname in row else field.get_default()),
-            )
+            for value in (row[field.attname] if field.attname in row else field.get_default(),)
         ]
-        for row in rows
+        for row in map(_storable, rows)
     ]
     with db.cursor() as cursor:
         cursor.executemany(sql, params)
@@ -206,19 +205,24 @@ def _insert(rows: list[dict[str, Any]]) -> None:
 
 # PostgreSQL's integer column: a count past it would fail the whole batch, forever.
 _MAX_INT = 2**31 - 1
+_COUNTS = ("tokens_in", "tokens_out", "latency_ms")
+_TEXTS = ("prompt", "client", "task", "reason", "final_provider")
 
 
-def _storable(value: Any) -> Any:
+def _storable(row: dict[str, Any]) -> dict[str, Any]:
     """What every backend accepts: no NUL characters in text (PostgreSQL refuses them, and an
-    upstream's error body may carry one), no integer past the column's range."""
-    if isinstance(value, str):
-        return value.replace("\x00", "\ufffd") if "\x00" in value else value
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int):
-        return max(-_MAX_INT, min(value, _MAX_INT))
-    if isinstance(value, list):
-        return [_storable(item) for item in value]
-    if isinstance(value, dict):
-        return {key: _storable(item) for key, item in value.items()}
-    return value
+    upstream's error body may carry one) and no count past the column's range. Only the
+    fields that can carry them are looked at: this runs for every record."""
+    for name in _TEXTS:
+        value = row.get(name)
+        if isinstance(value, str) and "\x00" in value:
+            row[name] = value.replace("\x00", "\ufffd")
+    for name in _COUNTS:
+        value = row.get(name)
+        if isinstance(value, int) and value > _MAX_INT:
+            row[name] = _MAX_INT
+    for attempt in row.get("attempts") or ():
+        detail = attempt.get("detail") if isinstance(attempt, dict) else None
+        if isinstance(detail, str) and "\x00" in detail:
+            attempt["detail"] = detail.replace("\x00", "\ufffd")
+    return row
