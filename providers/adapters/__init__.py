@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .anthropic import AnthropicAdapter
 from .base import ProviderAdapter
 from .ollama import OllamaAdapter
 from .openai import OpenAICompatibleAdapter
@@ -9,4 +10,5 @@ from .openai import OpenAICompatibleAdapter
 ADAPTERS: dict[str, type[ProviderAdapter]] = {
     OllamaAdapter.kind: OllamaAdapter,
     OpenAICompatibleAdapter.kind: OpenAICompatibleAdapter,
+    AnthropicAdapter.kind: AnthropicAdapter,
 }

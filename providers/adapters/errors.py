@@ -105,7 +105,7 @@ def classify_status(status: int, message: str) -> ErrorClass:
     """The error class of an HTTP error status, with the body's message for 400s."""
     if status in (401, 403):
         return ErrorClass.AUTH
-    if status == 429:
+    if status in (429, 529):  # 529: Anthropic's "overloaded", a cool-down rather than a fault
         return ErrorClass.RATE_LIMITED
     if status >= 500:
         return ErrorClass.SERVER_ERROR

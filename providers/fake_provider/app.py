@@ -16,7 +16,7 @@ from typing import Any
 
 from providers.fake_provider import dialects
 from providers.fake_provider.config import HANG_CAP_SECONDS, ConfigError, FakeConfig, FakeState
-from providers.fake_provider.dialects import OLLAMA, OPENAI, Reply
+from providers.fake_provider.dialects import ANTHROPIC, OLLAMA, OPENAI, Reply
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -32,10 +32,18 @@ ROUTES = {
     ("GET", "/"): (OLLAMA, "root"),
     ("POST", "/v1/chat/completions"): (OPENAI, "chat"),
     ("GET", "/v1/models"): (OPENAI, "models"),
+    ("POST", "/v1/messages"): (ANTHROPIC, "chat"),
 }
 _PATHS = {path for _, path in ROUTES}
 # Modes answered with an error of the same name, before the model is looked at.
-_ERROR_MODES = ("error", "rate_limit", "unauthorized", "bad_request", "context_too_long")
+_ERROR_MODES = (
+    "error",
+    "rate_limit",
+    "unauthorized",
+    "bad_request",
+    "context_too_long",
+    "overloaded",
+)
 
 
 class FakeProviderApp:
@@ -60,8 +68,14 @@ class FakeProviderApp:
         chat = endpoint == "chat"
         config, rate_fail = self.state.record(path, chat=chat)
         body = await _read_body(receive) if method == "POST" else b""
-        if dialect == OPENAI and config.api_key and not _authorized(scope, config.api_key):
-            await _deliver(dialects.error(OPENAI, "unauthorized"), send)
+        # GET /v1/models is shared: OpenAI's clients send a bearer key, Anthropic's x-api-key.
+        key_dialects = (OPENAI, ANTHROPIC) if endpoint == "models" else (dialect,)
+        if (
+            dialect != OLLAMA
+            and config.api_key
+            and not any(_authorized(scope, d, config.api_key) for d in key_dialects)
+        ):
+            await _deliver(dialects.error(dialect, "unauthorized"), send)
             return
         request: dict[str, Any] = {}
         if chat:
@@ -112,10 +126,15 @@ class FakeProviderApp:
         await _deliver(reply, send)
 
 
-def _authorized(scope: Scope, api_key: str) -> bool:
-    expected = b"Bearer " + api_key.encode()
+def _authorized(scope: Scope, dialect: str, api_key: str) -> bool:
+    # OpenAI: Authorization: Bearer KEY; Anthropic: x-api-key: KEY.
+    header, expected = (
+        (b"x-api-key", api_key.encode())
+        if dialect == ANTHROPIC
+        else (b"authorization", b"Bearer " + api_key.encode())
+    )
     for name, value in scope["headers"]:
-        if name == b"authorization":
+        if name == header:
             return bool(value == expected)
     return False
 
@@ -143,10 +162,22 @@ def _parse_chat(dialect: str, body: bytes) -> dict[str, Any] | Reply:
                 return dialects.error(
                     dialect, "bad_request", message=f"{name} must be at least 1", param=name
                 )
+    if dialect == ANTHROPIC:
+        value = request.get("max_tokens")
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            return dialects.error(
+                dialect, "bad_request", message="max_tokens: Field required", param="max_tokens"
+            )
+        if request.get("stream"):
+            return dialects.error(
+                dialect, "bad_request", message="The fake provider doesn't stream this API yet."
+            )
     return request
 
 
 def _limit(dialect: str, request: dict[str, Any]) -> int | None:
+    if dialect == ANTHROPIC:
+        return int(request["max_tokens"])
     if dialect == OPENAI:
         limit = request.get("max_completion_tokens") or request.get("max_tokens")
         return limit if isinstance(limit, int) else None
@@ -183,6 +214,13 @@ def _answer(dialect: str, endpoint: str, config: FakeConfig, request: dict[str, 
     if dialect == OLLAMA:
         return dialects.ollama_chat(
             config, model=model, prompt_tokens=prompt_tokens, limit=limit, stream=stream
+        )
+    if dialect == ANTHROPIC:
+        system = request.get("system")
+        if isinstance(system, str):
+            prompt_tokens += len(system.split())
+        return dialects.anthropic_messages(
+            config, model=model, prompt_tokens=prompt_tokens, limit=limit
         )
     options = request.get("stream_options")
     return dialects.openai_chat(

@@ -24,6 +24,7 @@ MODES = (
     "bad_request",
     "context_too_long",
     "cut_stream",
+    "overloaded",
 )
 SCOPES = ("chat", "all")
 DEFAULT_MODELS = ("llama3.1:8b", "gpt-4o-mini")

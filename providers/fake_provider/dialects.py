@@ -22,6 +22,7 @@ from providers.fake_provider.config import FakeConfig
 
 OLLAMA = "ollama"
 OPENAI = "openai"
+ANTHROPIC = "anthropic"
 JSON = b"application/json"
 NDJSON = b"application/x-ndjson"
 SSE = b"text/event-stream; charset=utf-8"
@@ -239,6 +240,51 @@ def openai_models(config: FakeConfig) -> Reply:
     return json_reply(200, {"object": "list", "data": data})
 
 
+# Anthropic ---------------------------------------------------------------------------------
+
+
+def anthropic_messages(
+    config: FakeConfig, *, model: str, prompt_tokens: int, limit: int | None
+) -> Reply:
+    """A Messages API answer: content blocks, stop reason, usage (no streaming yet)."""
+    pieces, text, reason = answer(config, limit)
+    return json_reply(
+        200,
+        {
+            "id": f"msg_{_id_prefix}{next(_ids):08x}",
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": [{"type": "text", "text": text}],
+            "stop_reason": "max_tokens" if reason == "length" else "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": prompt_tokens, "output_tokens": len(pieces)},
+        },
+    )
+
+
+_ANTHROPIC_ERRORS = {
+    "unauthorized": (401, "authentication_error"),
+    "model_not_found": (404, "not_found_error"),
+    "context_too_long": (400, "invalid_request_error"),
+    "rate_limit": (429, "rate_limit_error"),
+    "bad_request": (400, "invalid_request_error"),
+    "overloaded": (529, "overloaded_error"),
+}
+
+
+def _anthropic_error(
+    kind: str, status: int, message: str, headers: tuple[tuple[bytes, bytes], ...]
+) -> Reply:
+    status, error_type = _ANTHROPIC_ERRORS.get(kind, (status, "api_error"))
+    if kind == "context_too_long":
+        message = f"prompt is too long: {CONTEXT_WINDOW + 1} tokens > {CONTEXT_WINDOW} maximum"
+    elif kind == "overloaded":
+        message = "Overloaded"
+    body = {"type": "error", "error": {"type": error_type, "message": message}}
+    return json_reply(status, body, headers)
+
+
 # Errors ------------------------------------------------------------------------------------
 
 
@@ -286,11 +332,17 @@ def error(
         status = 400
         message = message or "Invalid request (the fake provider's bad_request fault)."
         ollama_message = message
+    elif kind == "overloaded":  # Anthropic's 529; elsewhere a plain 503
+        status, error_type = 503, "server_error"
+        message = "The server is overloaded."
+        ollama_message = message
     else:  # "error": a server-side failure with the configured status
         error_type = "server_error"
         message = message or "The server had an error while processing your request."
         ollama_message = message
     if dialect == OLLAMA:
         return json_reply(status, {"error": ollama_message}, headers)
+    if dialect == ANTHROPIC:
+        return _anthropic_error(kind, status, message, headers)
     body = {"message": message, "type": error_type, "param": param, "code": code}
     return json_reply(status, {"error": body}, headers)

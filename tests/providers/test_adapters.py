@@ -528,7 +528,7 @@ class TestMetrics:
 
 class TestContract:
     def test_the_registry_maps_each_kind_to_its_adapter(self):
-        assert set(ADAPTERS) == {"ollama", "openai"}
+        assert set(ADAPTERS) == {"ollama", "openai", "anthropic"}
         assert ADAPTERS["ollama"] is OllamaAdapter
         assert ADAPTERS["openai"] is OpenAICompatibleAdapter
 
@@ -613,7 +613,7 @@ class TestAdapterPool:
         assert {adapter.name for adapter in pool.adapters()} == {"local", "cloud"}
 
     async def test_it_has_no_adapter_for_a_kind_it_does_not_speak(self, fake, pool):
-        config = replace(provider_config("openai", fake.url), kind="anthropic")
+        config = replace(provider_config("openai", fake.url), kind="bedrock")
 
         assert pool.get(config) is None
 
