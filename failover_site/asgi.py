@@ -23,7 +23,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "failover_site.settings")
 logger = logging.getLogger(__name__)
 
 # Paths served by the lean handler: the frontends' endpoints.
-API_PREFIXES = ("/api/",)
+API_PREFIXES = ("/api/", "/v1/")
 
 
 django.setup(set_prefix=False)

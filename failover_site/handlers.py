@@ -7,6 +7,7 @@ arrives: Django's reader spools a body of any size to disk before a view can ref
 
 from __future__ import annotations
 
+import asyncio
 import io
 from typing import Any
 
@@ -35,7 +36,7 @@ class CappedASGIHandler(ASGIHandler):
     def body_limit(self) -> int:
         return int(settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
 
-    def too_large(self) -> HttpResponseBase:
+    def too_large(self, scope: dict[str, Any]) -> HttpResponseBase:
         return HttpResponse(
             f"The request body may be at most {self.body_limit()} bytes.\n",
             status=413,
@@ -63,7 +64,7 @@ class CappedASGIHandler(ASGIHandler):
                 raise BodyTooLarge
             await self.handle_capped(scope, receive, send)
         except BodyTooLarge:
-            await self.send_response(self.too_large(), send)
+            await self.send_response(self.too_large(scope), send)
 
     async def handle_capped(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         await super().handle(scope, receive, send)
@@ -86,14 +87,14 @@ class ApiHandler(CappedASGIHandler):
 
         return MAX_BODY_BYTES
 
-    def too_large(self) -> HttpResponseBase:
+    def too_large(self, scope: dict[str, Any]) -> HttpResponseBase:
         from providers.api import error_response
+        from providers.openai_api import openai_error
         from providers.validation import ApiError
 
         limit = self.body_limit()
-        return error_response(
-            ApiError(413, "body_too_large", f"The body may be at most {limit} bytes.")
-        )
+        render = openai_error if scope["path"].startswith("/v1/") else error_response
+        return render(ApiError(413, "body_too_large", f"The body may be at most {limit} bytes."))
 
     def load_middleware(self, is_async: bool = False) -> None:
         self._view_middleware: list[Any] = []
@@ -119,6 +120,31 @@ class ApiHandler(CappedASGIHandler):
                 response = error_response
             else:
                 response = await self.run_get_response(request)
-            await self.send_response(response, send)
+            if response.streaming:
+                await self.send_streaming(response, send, receive)
+            else:
+                await self.send_response(response, send)
         finally:
             body_file.close()
+
+    async def send_streaming(self, response: HttpResponseBase, send: Any, receive: Any) -> None:
+        """Send a streamed answer until it ends or the client goes away, whichever is first:
+        a client that hangs up stops the stream (and its upstream call) at once."""
+        sending = asyncio.ensure_future(self.send_response(response, send))
+        listening = asyncio.ensure_future(_disconnected(receive))
+        try:
+            await asyncio.wait({sending, listening}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            listening.cancel()
+            if not sending.done():
+                sending.cancel()
+        try:
+            await sending
+        except asyncio.CancelledError:
+            if not listening.done() or listening.cancelled():
+                raise  # this handler itself was cancelled, not the stream
+
+
+async def _disconnected(receive: Any) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass

@@ -37,7 +37,7 @@ class ProviderAdmin(AuditedModelAdmin):
     readonly_fields = ("api_key_status", "created_at", "updated_at")
     fieldsets = (
         (None, {"fields": ("name", "kind", "base_url", "model", "enabled", "is_local")}),
-        ("Routing", {"fields": ("priority", "timeout_s", "context_window")}),
+        ("Routing", {"fields": ("priority", "weight", "timeout_s", "context_window")}),
         ("Credentials", {"fields": ("api_key_env", "api_key_status")}),
         ("Prices", {"fields": ("price_input_per_1m", "price_output_per_1m")}),
         ("History", {"fields": ("created_at", "updated_at")}),
@@ -79,7 +79,14 @@ class FailoverPolicyAdmin(AuditedModelAdmin):
         ),
         (
             "Requests",
-            {"fields": ("request_deadline_s", "local_only_tasks", "no_fallback_tasks")},
+            {
+                "fields": (
+                    ("request_deadline_s", "first_token_timeout_s"),
+                    ("strategy", "hedge_after_ms"),
+                    "local_only_tasks",
+                    "no_fallback_tasks",
+                )
+            },
         ),
         ("Alerts", {"fields": ("alert_cooldown_s", "flap_window_s")}),
         (
@@ -87,7 +94,7 @@ class FailoverPolicyAdmin(AuditedModelAdmin):
             {
                 "fields": (
                     "cloud_share_target_pct",
-                    "cache_ttl_s",
+                    ("cache_mode", "cache_ttl_s"),
                     "static_match_threshold",
                     "degradation_message",
                     "store_prompts",

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from django.core.exceptions import DisallowedHost
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponseBase, JsonResponse
 from django.utils import timezone
 
 from .adapters.base import CompletionRequest
@@ -40,7 +40,7 @@ _GOOD_HOSTS: set[tuple[str | None, str | None]] = set()
 _GOOD_HOSTS_MAX = 256
 
 
-def _checked_host(request: HttpRequest) -> ApiError | None:
+def checked_host(request: HttpRequest) -> ApiError | None:
     key = (request.META.get("HTTP_HOST"), request.META.get("HTTP_X_FORWARDED_HOST"))
     if key in _GOOD_HOSTS:
         return None
@@ -53,17 +53,21 @@ def _checked_host(request: HttpRequest) -> ApiError | None:
     return None
 
 
-def json_errors(view: Callable[[HttpRequest], Awaitable[JsonResponse]]) -> Any:
-    """The API's last line: an unexpected exception is logged and answered as JSON, never as
-    an HTML page. (The router classifies provider failures; reaching this is a bug.)"""
+def json_errors(
+    view: Callable[[HttpRequest], Awaitable[HttpResponseBase]],
+    render: Callable[[ApiError], JsonResponse] = error_response,
+) -> Any:
+    """The API's last line: an unexpected exception is logged and answered as JSON (by
+    `render`, in the endpoint's error shape), never as an HTML page. (The router classifies
+    provider failures; reaching this is a bug.)"""
 
     @functools.wraps(view)
-    async def wrapped(request: HttpRequest) -> JsonResponse:
+    async def wrapped(request: HttpRequest) -> HttpResponseBase:
         try:
             return await view(request)
         except Exception:
             logger.exception("unhandled error in %s", request.path)
-            return error_response(ApiError(500, "internal_error", "Something broke on our side."))
+            return render(ApiError(500, "internal_error", "Something broke on our side."))
 
     return wrapped
 
@@ -80,9 +84,9 @@ async def complete(request: HttpRequest) -> JsonResponse:
         response = error_response(ApiError(405, "method_not_allowed", "Use POST with a JSON body."))
         response["Allow"] = "POST"
         return response
-    problem = _checked_host(request)
+    problem = checked_host(request)
     if problem is None:
-        problem = _checked_envelope(request)
+        problem = checked_envelope(request)
     if problem is not None:
         return error_response(problem)
     parsed = parse_complete(request.body)
@@ -103,30 +107,15 @@ async def complete(request: HttpRequest) -> JsonResponse:
         task=parsed.task,
         allow_cloud=parsed.allow_cloud,
         client=client,
+        use_cache=parsed.cache,
+        sticky_key=parsed.user or client,
     )
     gateway = get_gateway()
-    try:
-        result = await route(routed, gateway)
-    except Exception:
-        # Providers' failures are classified inside the router; reaching this means the
-        # platform itself failed (its configuration couldn't be read, say). The request is
-        # still answered in JSON and still recorded.
-        logger.exception("routing failed for request %s", request_id)
-        result = RouteResult(
-            text="",
-            tier="none",
-            status=503,
-            reason="gateway_error",
-            error={"code": "unavailable", "message": "The gateway can't route requests now."},
-        )
+    result = await route_safely(routed, gateway)
     latency_ms = round((time.perf_counter() - started) * 1000)
-    _to_ledger(gateway, routed, result, latency_ms)
+    record_call(gateway, routed, result, latency_ms)
 
-    headers = {
-        "X-Request-Id": request_id,
-        "X-Failover-Tier": result.tier,
-        "X-Failover-Provider": result.provider or result.tier,
-    }
+    headers = failover_headers(result, request_id)
     if result.error is not None:
         body: dict[str, Any] = {"error": {**result.error, "request_id": request_id}}
         return JsonResponse(body, status=result.status, headers=headers)
@@ -147,7 +136,7 @@ async def complete(request: HttpRequest) -> JsonResponse:
     )
 
 
-def _checked_envelope(request: HttpRequest) -> ApiError | None:
+def checked_envelope(request: HttpRequest) -> ApiError | None:
     content_type = request.content_type or ""
     if content_type != "application/json":
         return ApiError(
@@ -161,9 +150,38 @@ def _checked_envelope(request: HttpRequest) -> ApiError | None:
     return None
 
 
-def _to_ledger(
+async def route_safely(routed: RouteRequest, gateway: Gateway) -> RouteResult:
+    try:
+        return await route(routed, gateway)
+    except Exception:
+        # Providers' failures are classified inside the router; reaching this means the
+        # platform itself failed (its configuration couldn't be read, say). The request is
+        # still answered in JSON and still recorded.
+        logger.exception("routing failed for request %s", routed.request_id)
+        return RouteResult(
+            text="",
+            tier="none",
+            status=503,
+            reason="gateway_error",
+            error={"code": "unavailable", "message": "The gateway can't route requests now."},
+        )
+
+
+def failover_headers(result: RouteResult, request_id: str) -> dict[str, str]:
+    headers = {
+        "X-Request-Id": request_id,
+        "X-Failover-Tier": result.tier,
+        "X-Failover-Provider": result.provider or result.tier,
+    }
+    if result.cached_age_s is not None:
+        headers["X-Failover-Cache-Age"] = str(result.cached_age_s)
+    return headers
+
+
+def record_call(
     gateway: Gateway, routed: RouteRequest, result: RouteResult, latency_ms: int
 ) -> None:
+    """The request's line in the call ledger (buffered; written off the request's path)."""
     prompt = routed.completion.prompt
     gateway.ledger.add(
         {
@@ -182,7 +200,7 @@ def _to_ledger(
             "tokens_in": result.tokens_in,
             "tokens_out": result.tokens_out,
             "cost": result.cost,
-            "cache_hit": False,
+            "cache_hit": result.cache_hit,
             "static_answer_id": result.static_answer_id,
             "prompt_hash": hashlib.sha256(prompt.encode()).hexdigest(),
             "prompt": prompt if result.store_prompt else "",
@@ -196,7 +214,7 @@ async def status(request: HttpRequest) -> JsonResponse:
         response = error_response(ApiError(405, "method_not_allowed", "Use GET."))
         response["Allow"] = "GET"
         return response
-    problem = _checked_host(request)
+    problem = checked_host(request)
     if problem is not None:
         return error_response(problem)
     gateway = get_gateway()

@@ -82,6 +82,15 @@ class Provider(models.Model):
     priority = models.PositiveSmallIntegerField(
         default=100, help_text="Lower goes first. The lowest enabled provider is the primary."
     )
+    weight = models.PositiveSmallIntegerField(
+        default=100,
+        validators=[
+            MinValueValidator(1, "The weight must be at least 1."),
+            MaxValueValidator(10_000, "The weight must be at most 10000."),
+        ],
+        help_text="With the weighted strategy, providers of the same priority share traffic in "
+        "proportion to their weights (each user stays on one of them).",
+    )
     enabled = models.BooleanField(default=True)
     is_local = models.BooleanField(
         "self-hosted",
@@ -130,6 +139,18 @@ class Provider(models.Model):
     def api_key_configured(self) -> bool:
         """Whether the named variable is set in this process, without reading it out."""
         return bool(self.api_key_env and os.environ.get(self.api_key_env))
+
+
+class Strategy(models.TextChoices):
+    PRIORITY = "priority", "Priority failover: one provider at a time, in priority order"
+    HEDGED = "hedged", "Hedged: also ask the next provider when the first is slow"
+    WEIGHTED = "weighted", "Weighted: same-priority providers share traffic by weight"
+
+
+class CacheMode(models.TextChoices):
+    FALLBACK = "fallback", "Fallback: serve saved answers only when every provider fails"
+    COST_SAVER = "cost_saver", "Cost saver: serve a saved answer before asking a provider"
+    OFF = "off", "Off: neither save nor serve answers"
 
 
 class KillSwitch(models.TextChoices):
@@ -236,6 +257,29 @@ class FailoverPolicy(models.Model):
     request_deadline_s = models.FloatField(
         "request deadline (s)", default=30.0, validators=_at_least(0.1, "The request deadline")
     )
+    first_token_timeout_s = models.FloatField(
+        "time to first token (s)",
+        default=10.0,
+        validators=[
+            MinValueValidator(0.1, "The time to first token must be at least 0.1 s."),
+            MaxValueValidator(600, "The time to first token must be at most 600 s."),
+        ],
+        help_text="A streamed answer whose first token takes longer fails over to the next "
+        "provider before anything reaches the client.",
+    )
+
+    # Strategy
+    strategy = models.CharField(max_length=16, choices=Strategy.choices, default=Strategy.PRIORITY)
+    hedge_after_ms = models.PositiveIntegerField(
+        "hedge after (ms)",
+        default=2000,
+        validators=[
+            MinValueValidator(10, "Hedge after must be at least 10 ms."),
+            MaxValueValidator(600_000, "Hedge after must be at most 600000 ms."),
+        ],
+        help_text="Hedged strategy: when the first provider hasn't answered in this time, the "
+        "next one is asked too and the first good answer wins.",
+    )
 
     # Task rules: a task is a label the frontend sends with a request ("summarize", "legal")
     local_only_tasks = models.CharField(
@@ -264,11 +308,14 @@ class FailoverPolicy(models.Model):
     cloud_share_target_pct = models.FloatField(
         "cloud share target (%)", default=5.0, validators=_percent("The cloud share target")
     )
+    cache_mode = models.CharField(
+        "answer cache", max_length=16, choices=CacheMode.choices, default=CacheMode.FALLBACK
+    )
     cache_ttl_s = models.PositiveIntegerField(
         "answer cache TTL (s)",
         default=86_400,
         validators=_at_least(1, "The cache TTL"),
-        help_text="How long a good answer may be served again when every provider fails.",
+        help_text="How long a good answer is kept to be served again.",
     )
     static_match_threshold = models.PositiveSmallIntegerField(
         "static match threshold (score)",

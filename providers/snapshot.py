@@ -24,6 +24,7 @@ class ProviderConfig:
     is_local: bool
     timeout_s: float
     context_window: int
+    weight: int = 100
     price_input_per_1m: Decimal = Decimal("0")
     price_output_per_1m: Decimal = Decimal("0")
     api_key: str = field(default="", repr=False)
@@ -63,7 +64,11 @@ class PolicyConfig:
     local_only_tasks: frozenset[str] = frozenset()
     no_fallback_tasks: frozenset[str] = frozenset()
     cache_ttl_s: int = 86_400
+    cache_mode: str = "fallback"  # fallback / cost_saver / off
     cloud_share_target_pct: float = 5.0
+    first_token_timeout_s: float = 10.0
+    strategy: str = "priority"  # priority / hedged / weighted
+    hedge_after_ms: int = 2000
 
     @property
     def bucket_s(self) -> int:
@@ -147,6 +152,10 @@ def build_snapshot(version: int) -> Snapshot:
         local_only_tasks=frozenset(FailoverPolicy.task_list(policy_row.local_only_tasks)),
         no_fallback_tasks=frozenset(FailoverPolicy.task_list(policy_row.no_fallback_tasks)),
         cache_ttl_s=policy_row.cache_ttl_s,
+        cache_mode=policy_row.cache_mode,
+        first_token_timeout_s=policy_row.first_token_timeout_s,
+        strategy=policy_row.strategy,
+        hedge_after_ms=policy_row.hedge_after_ms,
         cloud_share_target_pct=policy_row.cloud_share_target_pct,
     )
     providers = tuple(
@@ -159,6 +168,7 @@ def build_snapshot(version: int) -> Snapshot:
             is_local=row.is_local,
             timeout_s=row.timeout_s,
             context_window=row.context_window,
+            weight=row.weight,
             price_input_per_1m=row.price_input_per_1m,
             price_output_per_1m=row.price_output_per_1m,
             api_key=os.environ.get(row.api_key_env, "") if row.api_key_env else "",

@@ -1,4 +1,5 @@
-"""Shared state: breakers, call statistics, budget counters and the config version.
+"""Shared state: breakers, call statistics, budget counters, cached answers and the config
+version.
 
 `MemoryStore` keeps them in this process (the embedded mode); `RedisStore` (in `state_redis`)
 keeps them in Redis with atomic scripts, so several serving processes behave as one. Both answer
@@ -10,8 +11,10 @@ from __future__ import annotations
 
 import bisect
 import threading
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -45,6 +48,15 @@ class Sample:
 class SpendIncrement:
     key: str
     amount: float
+    ttl_s: int
+
+
+@dataclass(frozen=True, slots=True)
+class CacheWrite:
+    """An answer to keep under `key` for `ttl_s` seconds, written with the call's counting."""
+
+    key: str
+    value: str
     ttl_s: int
 
 
@@ -98,10 +110,12 @@ class StateStore(ABC):
         want_stats: bool,
         probe_version: int | None = None,
         spend: tuple[SpendIncrement, ...] = (),
+        cache: CacheWrite | None = None,
     ) -> tuple[BreakerState, WindowStats | None]:
         """Count a finished call (and its spend) atomically; returns the breaker as it now is,
         and the window sums when asked. A probe's success counts toward closing only if the
-        breaker is still at the half-open version that admitted it."""
+        breaker is still at the half-open version that admitted it. `cache` is stored in the
+        same round trip, as `cache_put` would."""
 
     @abstractmethod
     async def transition(self, name: str, expected_version: int, new: BreakerState) -> bool:
@@ -128,6 +142,15 @@ class StateStore(ABC):
         a Redis restart comes back, one ahead of the (batched) ledger is kept as it is."""
 
     @abstractmethod
+    async def cache_get(self, key: str) -> str | None:
+        """The answer cached under `key`, if it is there and has not expired."""
+
+    @abstractmethod
+    async def cache_put(self, key: str, value: str, ttl_s: int) -> None:
+        """Keep `value` under `key` for `ttl_s` seconds; a ttl under one second keeps nothing.
+        A store may forget an entry sooner (memory: its size limits; Redis: its maxmemory)."""
+
+    @abstractmethod
     async def config_version(self) -> int: ...
 
     @abstractmethod
@@ -146,18 +169,77 @@ class _ProviderCounters:
     buckets: dict[int, list[float]] = field(default_factory=dict)
 
 
+class AnswerCache:
+    """A least-recently-used map of answers with per-entry expiry, bounded by entry count and by
+    the values' total size in UTF-8 bytes. An entry is only found expired when it is read (or
+    pushed out as least recently used): nothing sweeps in the background.
+
+    One store serves every event loop of the process (the async views' and the threads that
+    `async_to_sync` runs loops in), so each operation holds a lock.
+    """
+
+    def __init__(self, *, max_entries: int, max_bytes: int, clock: Callable[[], float]) -> None:
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self._clock = clock
+        # key -> (value, expires at on `clock`, size in bytes); the last entry is the newest.
+        self._entries: OrderedDict[str, tuple[str, float, int]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> str | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return None
+            value, expires_at, _ = entry
+            if self._clock() >= expires_at:
+                self._remove(key)
+                return None
+            self._entries.move_to_end(key)
+            return value
+
+    def put(self, key: str, value: str, ttl_s: int) -> None:
+        size = len(value.encode())
+        with self._lock:
+            if key in self._entries:
+                self._remove(key)
+            # A value that could never fit would only empty the cache on its way through.
+            if ttl_s < 1 or size > self.max_bytes:
+                return
+            self._entries[key] = (value, self._clock() + ttl_s, size)
+            self._bytes += size
+            while len(self._entries) > self.max_entries or self._bytes > self.max_bytes:
+                _, (_, _, evicted) = self._entries.popitem(last=False)
+                self._bytes -= evicted
+
+    def _remove(self, key: str) -> None:
+        _, _, size = self._entries.pop(key)
+        self._bytes -= size
+
+
 class MemoryStore(StateStore):
     """State in this process only: the embedded mode, and Redis's stand-in while it is down."""
 
     backend = "memory"
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        *,
+        cache_max_entries: int = 10_000,
+        cache_max_bytes: int = 64 * 2**20,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """`clock` times the answer cache's expiry only; the breaker's time is the `now` given."""
         self._states: dict[str, BreakerState] = {}
         self._counters: dict[str, _ProviderCounters] = {}
         # A few keys per budget and period; they stay for the process's life, like the ledger.
         self._spend: dict[str, float] = {}
         self._version = 0
         self._version_lock = threading.Lock()
+        self._cache = AnswerCache(
+            max_entries=cache_max_entries, max_bytes=cache_max_bytes, clock=clock
+        )
 
     async def read(
         self, name: str, spend_keys: Iterable[str] = ()
@@ -175,6 +257,7 @@ class MemoryStore(StateStore):
         want_stats: bool,
         probe_version: int | None = None,
         spend: tuple[SpendIncrement, ...] = (),
+        cache: CacheWrite | None = None,
     ) -> tuple[BreakerState, WindowStats | None]:
         counters = self._counters.setdefault(name, _ProviderCounters())
         index = windows.bucket(now)
@@ -205,6 +288,8 @@ class MemoryStore(StateStore):
         self._states[name] = current
         for increment in spend:
             self._spend[increment.key] = self._spend.get(increment.key, 0.0) + increment.amount
+        if cache is not None:
+            self._cache.put(cache.key, cache.value, cache.ttl_s)
         stats = None
         if want_stats:
             stats = self._stats(counters, windows, index, windows.bucket(current.closed_at))
@@ -275,6 +360,12 @@ class MemoryStore(StateStore):
 
     async def seed_spend(self, key: str, amount: float, ttl_s: int) -> None:
         self._spend[key] = max(self._spend.get(key, 0.0), amount)
+
+    async def cache_get(self, key: str) -> str | None:
+        return self._cache.get(key)
+
+    async def cache_put(self, key: str, value: str, ttl_s: int) -> None:
+        self._cache.put(key, value, ttl_s)
 
     async def config_version(self) -> int:
         return self._version

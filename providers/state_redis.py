@@ -1,8 +1,11 @@
 """The Redis state store: one breaker per provider for every serving process on every machine.
 
-Every write is one Lua script, so a transition, a probe slot or a counter is atomic across
-processes. Keys carry the provider in a hash tag (`fo:{name}:…`), so a provider's keys share a
-cluster slot. If Redis stops answering, `ResilientStore` routes on local state until it is back.
+Every write is one Lua script (or one command), so a transition, a probe slot or a counter is
+atomic across processes. Keys carry the provider in a hash tag (`fo:{name}:…`), so a provider's
+keys share a cluster slot. Cached answers are plain strings under `fo:<key>`; a call's answer is
+written by the record script itself, which a call runs anyway: caching costs no round trip (a
+script in a redis-py pipeline would: it sends SCRIPT EXISTS before every execute). If Redis
+stops answering, `ResilientStore` routes on local state until it is back.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import redis.asyncio as aioredis
 from .breaker import BreakerState, Mode, State, WindowStats
 from .state import (
     BIN_COUNT,
+    CacheWrite,
     MemoryStore,
     Sample,
     SpendIncrement,
@@ -57,8 +61,14 @@ elseif ARGV[2] == '1' then
     end
   end
 end
-for i = 3, #KEYS do
-  local a = 14 + (i - 3) * 2
+local last_spend = #KEYS
+if ARGV[14] ~= '0' then
+  -- the call's answer, cached with its counting: the last key is the cache entry's
+  redis.call('SET', KEYS[#KEYS], ARGV[15], 'EX', tonumber(ARGV[14]))
+  last_spend = #KEYS - 1
+end
+for i = 3, last_spend do
+  local a = 16 + (i - 3) * 2
   redis.call('INCRBYFLOAT', KEYS[i], ARGV[a])
   redis.call('EXPIRE', KEYS[i], tonumber(ARGV[a + 1]))
 end
@@ -219,6 +229,7 @@ class RedisStore(StateStore):
         want_stats: bool,
         probe_version: int | None = None,
         spend: tuple[SpendIncrement, ...] = (),
+        cache: CacheWrite | None = None,
     ) -> tuple[BreakerState, WindowStats | None]:
         index = windows.bucket(now)
         longest = max(windows.failure_window_s, windows.p95_window_s)
@@ -237,10 +248,16 @@ class RedisStore(StateStore):
             windows.buckets_in(windows.p95_window_s),
             windows.bucket_s,
         ]
+        # SET with EX refuses a ttl under one second; like `cache_put`, such a write keeps nothing.
+        if cache is not None and cache.ttl_s < 1:
+            cache = None
+        args += [0, ""] if cache is None else [cache.ttl_s, cache.value]
         for increment in spend:
             args += [repr(increment.amount), increment.ttl_s]
         keys = [_breaker_key(name), f"{_bucket_prefix(name)}{index}"]
         keys += [f"fo:{increment.key}" for increment in spend]
+        if cache is not None:
+            keys.append(f"fo:{cache.key}")
         raw_state, raw_stats = await self._client()[1](keys=keys, args=args)
         stats = WindowStats(*(int(v) for v in raw_stats)) if raw_stats else None
         return _state_from_hash(raw_state), stats
@@ -284,6 +301,14 @@ class RedisStore(StateStore):
 
     async def seed_spend(self, key: str, amount: float, ttl_s: int) -> None:
         await self._client()[5](keys=[f"fo:{key}"], args=[repr(amount), ttl_s])
+
+    async def cache_get(self, key: str) -> str | None:
+        value: str | None = await self._client()[0].get(f"fo:{key}")
+        return value
+
+    async def cache_put(self, key: str, value: str, ttl_s: int) -> None:
+        if ttl_s >= 1:
+            await self._client()[0].set(f"fo:{key}", value, ex=ttl_s)
 
     async def config_version(self) -> int:
         return int(await self._client()[0].get(VERSION_KEY) or 0)
@@ -383,6 +408,7 @@ class ResilientStore(StateStore):
         want_stats: bool,
         probe_version: int | None = None,
         spend: tuple[SpendIncrement, ...] = (),
+        cache: CacheWrite | None = None,
     ) -> tuple[BreakerState, WindowStats | None]:
         result: tuple[BreakerState, WindowStats | None] = await self._call(
             "record",
@@ -393,6 +419,7 @@ class ResilientStore(StateStore):
             want_stats=want_stats,
             probe_version=probe_version,
             spend=spend,
+            cache=cache,
         )
         return result
 
@@ -414,6 +441,13 @@ class ResilientStore(StateStore):
 
     async def seed_spend(self, key: str, amount: float, ttl_s: int) -> None:
         await self._call("seed_spend", key, amount, ttl_s)
+
+    async def cache_get(self, key: str) -> str | None:
+        value: str | None = await self._call("cache_get", key)
+        return value
+
+    async def cache_put(self, key: str, value: str, ttl_s: int) -> None:
+        await self._call("cache_put", key, value, ttl_s)
 
     async def config_version(self) -> int:
         return int(await self._call("config_version"))

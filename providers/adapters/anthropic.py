@@ -1,19 +1,35 @@
-"""Anthropic's Messages API: `POST /v1/messages` (non-streaming) and `GET /v1/models`."""
+"""Anthropic's Messages API: `POST /v1/messages` (whole, or streamed as server-sent events) and
+`GET /v1/models`."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .base import Completion, CompletionRequest, HealthResult, ProviderAdapter, token_count
-from .errors import ProviderError
+from .base import (
+    Completion,
+    CompletionRequest,
+    CompletionStream,
+    HealthResult,
+    ProviderAdapter,
+    token_count,
+)
+from .errors import ErrorClass, ProviderError
 
 API_VERSION = "2023-06-01"
 # The Messages API requires max_tokens; a request that names none gets this many.
 DEFAULT_MAX_TOKENS = 1024
+# Error events inside a stream, by their type: the same classes their HTTP statuses get.
+_STREAM_ERRORS = {
+    "overloaded_error": ErrorClass.RATE_LIMITED,
+    "rate_limit_error": ErrorClass.RATE_LIMITED,
+    "authentication_error": ErrorClass.AUTH,
+    "permission_error": ErrorClass.AUTH,
+}
 
 
 class AnthropicAdapter(ProviderAdapter):
     kind = "anthropic"
+    stream_framing = "sse"
 
     def headers(self) -> dict[str, str]:
         headers = {"content-type": "application/json", "anthropic-version": API_VERSION}
@@ -21,19 +37,26 @@ class AnthropicAdapter(ProviderAdapter):
             headers["x-api-key"] = self.config.api_key
         return headers
 
-    async def complete(self, request: CompletionRequest, *, timeout: float) -> Completion:
+    def payload(self, request: CompletionRequest) -> dict[str, Any]:
         # The system prompt is a top-level field here, not a message.
         payload: dict[str, Any] = {
             "model": self.config.model,
             "max_tokens": request.max_tokens or DEFAULT_MAX_TOKENS,
-            "messages": [{"role": "user", "content": request.prompt}],
+            "messages": request.messages(with_system=False),
         }
         if request.system_prompt:
             payload["system"] = request.system_prompt
         if request.temperature is not None:
             payload["temperature"] = min(request.temperature, 1.0)  # Anthropic's range is 0–1
+        if request.top_p is not None:
+            payload["top_p"] = request.top_p
+        if request.stop:
+            payload["stop_sequences"] = list(request.stop)
+        return payload
+
+    async def complete(self, request: CompletionRequest, *, timeout: float) -> Completion:
         body, latency_ms = await self.request_json(
-            "POST", "/v1/messages", payload=payload, timeout=timeout
+            "POST", "/v1/messages", payload=self.payload(request), timeout=timeout
         )
         blocks = body.get("content") if isinstance(body, dict) else None
         if not isinstance(blocks, list):
@@ -56,6 +79,43 @@ class AnthropicAdapter(ProviderAdapter):
                 latency_ms=latency_ms,
             )
         )
+
+    def stream_request(self, request: CompletionRequest) -> tuple[str, dict[str, Any]]:
+        payload = self.payload(request)
+        payload["stream"] = True
+        return "/v1/messages", payload
+
+    def stream_event(self, event: Any, stream: CompletionStream) -> str:
+        """message_start → content_block_start → content_block_delta … → content_block_stop →
+        message_delta → message_stop, with `ping` and `error` events possible anywhere."""
+        if not isinstance(event, dict):
+            raise self.malformed("a stream event is not an object")
+        kind = event.get("type")
+        if kind == "content_block_delta":
+            delta = event.get("delta")
+            if isinstance(delta, dict) and delta.get("type") == "text_delta":
+                text = delta.get("text")
+                return text if isinstance(text, str) else ""
+        elif kind == "message_start":
+            message = event.get("message")
+            usage = message.get("usage") if isinstance(message, dict) else None
+            if isinstance(usage, dict):
+                stream.tokens_in = token_count(usage.get("input_tokens"))
+        elif kind == "message_delta":
+            usage = event.get("usage")
+            if isinstance(usage, dict):
+                stream.tokens_out = token_count(usage.get("output_tokens"))
+            delta = event.get("delta")
+            if isinstance(delta, dict) and delta.get("stop_reason"):
+                stream.finish_reason = str(delta["stop_reason"])
+        elif kind == "message_stop":
+            stream.done = True
+        elif kind == "error":
+            error = event.get("error")
+            error_type = error.get("type") if isinstance(error, dict) else None
+            error_class = _STREAM_ERRORS.get(str(error_type), ErrorClass.SERVER_ERROR)
+            raise self._failed(error_class, f"error event: {self.error_text(event)}")
+        return ""
 
     async def health_check(self, *, timeout: float) -> HealthResult:
         # The model list names dated versions, not aliases like "-latest": a good answer from

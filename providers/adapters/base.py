@@ -12,6 +12,8 @@ import json
 import time
 from abc import ABC, abstractmethod
 from collections import Counter
+from collections.abc import AsyncGenerator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -23,15 +25,29 @@ from .errors import ErrorClass, ProviderError, classify_status, parse_retry_afte
 
 @dataclass(frozen=True, slots=True)
 class CompletionRequest:
+    """What to ask: the question (`prompt`, the last user message), the system prompt, the
+    conversation before the question as (role, text) turns, and the sampling parameters."""
+
     prompt: str
     system_prompt: str = ""
     max_tokens: int | None = None
     temperature: float | None = None
+    history: tuple[tuple[str, str], ...] = ()  # ("user" | "assistant", text), oldest first
+    top_p: float | None = None
+    stop: tuple[str, ...] = ()
 
-    def messages(self) -> list[dict[str, str]]:
-        messages = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+    def messages(self, *, with_system: bool = True) -> list[dict[str, str]]:
+        messages = (
+            [{"role": "system", "content": self.system_prompt}]
+            if self.system_prompt and with_system
+            else []
+        )
+        messages += [{"role": role, "content": text} for role, text in self.history]
         messages.append({"role": "user", "content": self.prompt})
         return messages
+
+    def all_text(self) -> str:
+        return "\n".join((self.system_prompt, *(text for _, text in self.history), self.prompt))
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,37 +121,97 @@ class ProviderAdapter(ABC):
         classified ProviderError. `timeout` bounds the whole call, connect to last byte."""
         started = time.perf_counter()
         self.metrics.calls += 1
-        try:
+        with self._classified(f"no answer within {timeout:.2f} s"):
             async with asyncio.timeout(timeout):
                 response = await self.client.send(
                     self._build(method, path, payload, timeout), follow_redirects=False
                 )
             body = response.content
+        latency_ms = (time.perf_counter() - started) * 1000
+        self.metrics.last_latency_ms = latency_ms
+        if response.status_code >= 400:
+            raise self._status_error(response, body)
+        try:
+            decoded = json.loads(body)
+        except (ValueError, RecursionError) as exc:
+            raise self._failed(ErrorClass.MALFORMED, "the body is not JSON") from exc
+        return decoded, latency_ms
+
+    @contextmanager
+    def _classified(self, timeout_message: str) -> Iterator[None]:
+        """Transport failures as the error table's classes."""
+        try:
+            yield
         except TimeoutError as exc:
-            raise self._failed(ErrorClass.TIMEOUT, f"no answer within {timeout:.2f} s") from exc
+            raise self._failed(ErrorClass.TIMEOUT, timeout_message) from exc
         except httpx.TimeoutException as exc:
             raise self._failed(ErrorClass.TIMEOUT, f"timed out: {exc!r}") from exc
         except httpx.TransportError as exc:
             raise self._failed(ErrorClass.REFUSED, f"{type(exc).__name__}: {exc}") from exc
         except httpx.HTTPError as exc:  # e.g. a body that doesn't decode as its encoding says
             raise self._failed(ErrorClass.MALFORMED, f"{type(exc).__name__}: {exc}") from exc
-        latency_ms = (time.perf_counter() - started) * 1000
-        self.metrics.last_latency_ms = latency_ms
-        if response.status_code >= 400:
-            message = self.error_message(body) or f"HTTP {response.status_code}"
-            raise self._failed(
-                classify_status(response.status_code, message),
-                message,
-                status=response.status_code,
-                retry_after_s=parse_retry_after(
-                    response.headers.get("retry-after"), now_epoch=time.time()
-                ),
-            )
+
+    def _status_error(self, response: httpx.Response, body: bytes) -> ProviderError:
+        message = self.error_message(body) or f"HTTP {response.status_code}"
+        return self._failed(
+            classify_status(response.status_code, message),
+            message,
+            status=response.status_code,
+            retry_after_s=parse_retry_after(
+                response.headers.get("retry-after"), now_epoch=time.time()
+            ),
+        )
+
+    # Streaming ----------------------------------------------------------------------------
+
+    # How the dialect frames a stream: server-sent events, or one JSON object a line (NDJSON).
+    stream_framing: ClassVar[str] = "sse"
+
+    @abstractmethod
+    def stream_request(self, request: CompletionRequest) -> tuple[str, dict[str, Any]]:
+        """The path and payload that ask for a streamed answer."""
+
+    @abstractmethod
+    def stream_event(self, event: Any, stream: CompletionStream) -> str:
+        """One decoded event of the stream: returns its text ("" if none) and notes usage,
+        the finish reason and the end on `stream`; raises ProviderError for an error event."""
+
+    async def stream(
+        self, request: CompletionRequest, *, timeout: float, first_token_timeout: float
+    ) -> CompletionStream:
+        """Open a streamed answer and wait for its first text. Any failure up to then
+        (connect, status, nothing within `first_token_timeout`) raises ProviderError, so the
+        router can still go to another provider; after it, `CompletionStream.rest()` raises.
+        `timeout` bounds the whole answer, first byte to last."""
+        path, payload = self.stream_request(request)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        deadline = started + timeout
+        first_deadline = started + min(timeout, first_token_timeout)
+        self.metrics.calls += 1
+        http_request = self._build("POST", path, payload, timeout)
+        with self._classified(f"no first token within {first_deadline - started:.2f} s"):
+            async with asyncio.timeout_at(first_deadline):
+                response = await self.client.send(http_request, stream=True, follow_redirects=False)
+        stream = CompletionStream(self, response, deadline, started)
         try:
-            decoded = json.loads(body)
-        except (ValueError, RecursionError) as exc:
-            raise self._failed(ErrorClass.MALFORMED, "the body is not JSON") from exc
-        return decoded, latency_ms
+            if response.status_code >= 400:
+                with self._classified("no error body in time"):
+                    async with asyncio.timeout_at(first_deadline):
+                        body = await response.aread()
+                raise self._status_error(response, body)
+            while not stream.first:
+                text = await stream.next_text(
+                    first_deadline, f"no first token within {first_deadline - started:.2f} s"
+                )
+                if text is None:
+                    raise self._failed(ErrorClass.MALFORMED, "the stream ended with no text")
+                stream.first = text
+        except BaseException:
+            await stream.aclose()
+            raise
+        self.metrics.last_latency_ms = (loop.time() - started) * 1000
+        return stream
 
     def _build(
         self, method: str, path: str, payload: dict[str, Any] | None, timeout: float
@@ -165,6 +241,10 @@ class ProviderAdapter(ABC):
             decoded = json.loads(body)
         except ValueError:
             return body[:300].decode("utf-8", "replace").strip()
+        return self.error_text(decoded)
+
+    def error_text(self, decoded: Any) -> str:
+        """The message of a decoded error body or error event."""
         error = decoded.get("error") if isinstance(decoded, dict) else None
         if isinstance(error, dict):
             parts = [str(error.get(key)) for key in ("message", "code") if error.get(key)]
@@ -190,6 +270,99 @@ class ProviderAdapter(ABC):
 
     def malformed(self, what: str) -> ProviderError:
         return self._failed(ErrorClass.MALFORMED, f"unexpected answer: {what}")
+
+
+class CompletionStream:
+    """An answer arriving piece by piece, handed over once its first text is in (`first`).
+
+    `rest()` yields the remaining text; a stream that breaks raises ProviderError from it.
+    The adapter's `stream_event` fills in the usage and finish reason as events arrive.
+    """
+
+    def __init__(
+        self, adapter: ProviderAdapter, response: httpx.Response, deadline: float, started: float
+    ) -> None:
+        self.adapter = adapter
+        self.provider = adapter.name
+        self.first = ""
+        self.parts: list[str] = []
+        self.tokens_in = 0
+        self.tokens_out = 0
+        self.finish_reason = ""
+        self.done = False
+        self.started = started
+        self._response = response
+        self._lines = response.aiter_lines()
+        self._deadline = deadline
+        self._closed = False
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+    async def next_text(self, deadline: float, timeout_message: str) -> str | None:
+        """The next non-empty text, or None once the stream has ended properly."""
+        adapter = self.adapter
+        sse = adapter.stream_framing == "sse"
+        while not self.done:
+            with adapter._classified(timeout_message):
+                async with asyncio.timeout_at(deadline):
+                    try:
+                        line = await anext(self._lines)
+                    except StopAsyncIteration:
+                        line = None
+            if line is None:
+                if self.finish_reason:  # ended without its end marker, but after the finish
+                    self.done = True
+                    break
+                raise adapter._failed(ErrorClass.REFUSED, "the stream ended before its end")
+            if sse:
+                if not line.startswith("data:"):
+                    continue  # event names, comments, blank separators
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    self.done = True
+                    break
+            else:
+                data = line.strip()
+                if not data:
+                    continue
+            try:
+                event = json.loads(data)
+            except (ValueError, RecursionError):
+                raise adapter.malformed("a stream event is not JSON") from None
+            text = adapter.stream_event(event, self)
+            if text:
+                self.parts.append(text)
+                return text
+        return None
+
+    async def rest(self) -> AsyncGenerator[str, None]:
+        """The text after `first`, piece by piece, until the stream ends."""
+        try:
+            while True:
+                text = await self.next_text(self._deadline, "the answer took too long")
+                if text is None:
+                    break
+                yield text
+            self.adapter.metrics.successes += 1
+        finally:
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        if not self._closed:
+            self._closed = True
+            await self._response.aclose()
+
+    def completion(self, latency_ms: float) -> Completion:
+        """The whole answer, once the stream is done (for the cache and the ledger)."""
+        return Completion(
+            text=self.text,
+            provider=self.provider,
+            tokens_in=self.tokens_in,
+            tokens_out=self.tokens_out or estimate_tokens(self.text),
+            latency_ms=latency_ms,
+        )
 
 
 def estimate_tokens(text: str) -> int:

@@ -1,31 +1,47 @@
-"""Ollama's native API: `POST /api/chat` (non-streaming) and `GET /api/tags`."""
+"""Ollama's native API: `POST /api/chat` (whole, or streamed as one JSON object a line) and
+`GET /api/tags`."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .base import Completion, CompletionRequest, HealthResult, ProviderAdapter, token_count
-from .errors import ProviderError
+from .base import (
+    Completion,
+    CompletionRequest,
+    CompletionStream,
+    HealthResult,
+    ProviderAdapter,
+    token_count,
+)
+from .errors import ErrorClass, ProviderError
 
 
 class OllamaAdapter(ProviderAdapter):
     kind = "ollama"
+    stream_framing = "ndjson"
 
-    async def complete(self, request: CompletionRequest, *, timeout: float) -> Completion:
+    def payload(self, request: CompletionRequest, *, stream: bool) -> dict[str, Any]:
         options: dict[str, Any] = {}
         if request.max_tokens is not None:
             options["num_predict"] = request.max_tokens
         if request.temperature is not None:
             options["temperature"] = request.temperature
+        if request.top_p is not None:
+            options["top_p"] = request.top_p
+        if request.stop:
+            options["stop"] = list(request.stop)
         payload: dict[str, Any] = {
             "model": self.config.model,
             "messages": request.messages(),
-            "stream": False,  # Ollama streams unless told otherwise
+            "stream": stream,  # Ollama streams unless told otherwise
         }
         if options:
             payload["options"] = options
+        return payload
+
+    async def complete(self, request: CompletionRequest, *, timeout: float) -> Completion:
         body, latency_ms = await self.request_json(
-            "POST", "/api/chat", payload=payload, timeout=timeout
+            "POST", "/api/chat", payload=self.payload(request, stream=False), timeout=timeout
         )
         try:
             text = body["message"]["content"]
@@ -42,6 +58,23 @@ class OllamaAdapter(ProviderAdapter):
                 latency_ms=latency_ms,
             )
         )
+
+    def stream_request(self, request: CompletionRequest) -> tuple[str, dict[str, Any]]:
+        return "/api/chat", self.payload(request, stream=True)
+
+    def stream_event(self, event: Any, stream: CompletionStream) -> str:
+        if not isinstance(event, dict):
+            raise self.malformed("a stream line is not an object")
+        if event.get("error"):
+            raise self._failed(ErrorClass.SERVER_ERROR, f"error line: {event['error']}"[:500])
+        message = event.get("message")
+        text = message.get("content") if isinstance(message, dict) else None
+        if event.get("done") is True:
+            stream.done = True
+            stream.finish_reason = str(event.get("done_reason") or "stop")
+            stream.tokens_in = token_count(event.get("prompt_eval_count"))
+            stream.tokens_out = token_count(event.get("eval_count"))
+        return text if isinstance(text, str) else ""
 
     async def health_check(self, *, timeout: float) -> HealthResult:
         try:

@@ -1,16 +1,25 @@
 """OpenAI-compatible APIs (OpenAI, vLLM, llama.cpp server, LM Studio, most gateways):
-`POST /v1/chat/completions` and `GET /v1/models`, with a bearer key."""
+`POST /v1/chat/completions` (whole or streamed as server-sent events) and `GET /v1/models`,
+with a bearer key."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .base import Completion, CompletionRequest, HealthResult, ProviderAdapter, token_count
-from .errors import ProviderError
+from .base import (
+    Completion,
+    CompletionRequest,
+    CompletionStream,
+    HealthResult,
+    ProviderAdapter,
+    token_count,
+)
+from .errors import ErrorClass, ProviderError
 
 
 class OpenAICompatibleAdapter(ProviderAdapter):
     kind = "openai"
+    stream_framing = "sse"
 
     def headers(self) -> dict[str, str]:
         headers = {"content-type": "application/json"}
@@ -18,14 +27,21 @@ class OpenAICompatibleAdapter(ProviderAdapter):
             headers["authorization"] = f"Bearer {self.config.api_key}"
         return headers
 
-    async def complete(self, request: CompletionRequest, *, timeout: float) -> Completion:
+    def payload(self, request: CompletionRequest) -> dict[str, Any]:
         payload: dict[str, Any] = {"model": self.config.model, "messages": request.messages()}
         if request.max_tokens is not None:
             payload["max_tokens"] = request.max_tokens
         if request.temperature is not None:
             payload["temperature"] = request.temperature
+        if request.top_p is not None:
+            payload["top_p"] = request.top_p
+        if request.stop:
+            payload["stop"] = list(request.stop)
+        return payload
+
+    async def complete(self, request: CompletionRequest, *, timeout: float) -> Completion:
         body, latency_ms = await self.request_json(
-            "POST", "/v1/chat/completions", payload=payload, timeout=timeout
+            "POST", "/v1/chat/completions", payload=self.payload(request), timeout=timeout
         )
         try:
             text = body["choices"][0]["message"]["content"]
@@ -44,6 +60,31 @@ class OpenAICompatibleAdapter(ProviderAdapter):
                 latency_ms=latency_ms,
             )
         )
+
+    def stream_request(self, request: CompletionRequest) -> tuple[str, dict[str, Any]]:
+        payload = self.payload(request)
+        payload["stream"] = True
+        payload["stream_options"] = {"include_usage": True}
+        return "/v1/chat/completions", payload
+
+    def stream_event(self, event: Any, stream: CompletionStream) -> str:
+        if not isinstance(event, dict):
+            raise self.malformed("a stream event is not an object")
+        if event.get("error"):
+            raise self._failed(ErrorClass.SERVER_ERROR, f"error event: {self.error_text(event)}")
+        usage = event.get("usage")
+        if isinstance(usage, dict):
+            stream.tokens_in = token_count(usage.get("prompt_tokens"))
+            stream.tokens_out = token_count(usage.get("completion_tokens"))
+        choices = event.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            return ""
+        choice = choices[0]
+        if choice.get("finish_reason"):
+            stream.finish_reason = str(choice["finish_reason"])
+        delta = choice.get("delta")
+        text = delta.get("content") if isinstance(delta, dict) else None
+        return text if isinstance(text, str) else ""
 
     async def health_check(self, *, timeout: float) -> HealthResult:
         try:

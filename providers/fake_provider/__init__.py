@@ -1,4 +1,5 @@
-"""A fake LLM provider speaking Ollama's and OpenAI's APIs, with faults switchable at run time.
+"""A fake LLM provider speaking Ollama's, OpenAI's and Anthropic's APIs, with faults switchable
+at run time (the modes are listed in `config`).
 
 It serves the test suite, the benchmarks (a fast fixed-response upstream) and operators'
 failover drills (`manage.py fakeprovider`). Control it in-process through `FakeProvider`, or

@@ -2,9 +2,14 @@
 
 Faults apply to the chat endpoints, and to every provider endpoint when scope is "all". A call
 is counted when it reaches the app, before any fault. The order inside a call: API key (OpenAI
-endpoints, when one is set), the request's JSON, the fault mode, error_rate, the model, the
-answer. `cut_stream` on a non-streamed call declares the full Content-Length, sends half the
-body and closes the connection.
+and Anthropic endpoints, when one is set), the request's JSON, the fault mode, error_rate, the
+model, the answer. `cut_stream` on a non-streamed call declares the full Content-Length, sends
+half the body and closes the connection.
+
+A streamed answer sends its status and headers at once, then its chunks: under `stall` the
+first one comes delay_ms later (a slow time to first token, where `slow` delays the headers
+too), and `chunk_delay_ms` spaces each chunk from the one before. Both waits end early when the
+client goes away. A whole answer (or an error) under `stall` waits delay_ms, like `slow`.
 """
 
 from __future__ import annotations
@@ -90,13 +95,19 @@ class FakeProviderApp:
             if handled:
                 return
         if rate_fail:
-            await _deliver(dialects.error(dialect, "error", status=config.status), send)
-            return
-        reply = _answer(dialect, endpoint, config, request)
+            reply = dialects.error(dialect, "error", status=config.status)
+        else:
+            reply = _answer(dialect, endpoint, config, request)
         if mode == "malformed" and reply.status == 200:
             reply = _malformed(reply)
         elif mode == "cut_stream" and reply.status == 200:
             await _cut(reply, config.delay_ms / 1000, receive, send)
+            return
+        stall = config.delay_ms / 1000 if mode == "stall" else 0.0
+        if reply.stream:
+            await _stream(reply, stall, config.chunk_delay_ms / 1000, receive, send)
+            return
+        if stall and await _disconnected_within(receive, stall):
             return
         await _deliver(reply, send)
 
@@ -168,10 +179,6 @@ def _parse_chat(dialect: str, body: bytes) -> dict[str, Any] | Reply:
             return dialects.error(
                 dialect, "bad_request", message="max_tokens: Field required", param="max_tokens"
             )
-        if request.get("stream"):
-            return dialects.error(
-                dialect, "bad_request", message="The fake provider doesn't stream this API yet."
-            )
     return request
 
 
@@ -190,7 +197,7 @@ def _limit(dialect: str, request: dict[str, Any]) -> int | None:
 
 
 def _wants_stream(dialect: str, request: dict[str, Any]) -> bool:
-    # Ollama streams unless told not to; OpenAI only when asked.
+    # Ollama streams unless told not to; OpenAI and Anthropic only when asked.
     return bool(request.get("stream", dialect == OLLAMA))
 
 
@@ -220,7 +227,7 @@ def _answer(dialect: str, endpoint: str, config: FakeConfig, request: dict[str, 
         if isinstance(system, str):
             prompt_tokens += len(system.split())
         return dialects.anthropic_messages(
-            config, model=model, prompt_tokens=prompt_tokens, limit=limit
+            config, model=model, prompt_tokens=prompt_tokens, limit=limit, stream=stream
         )
     options = request.get("stream_options")
     return dialects.openai_chat(
@@ -281,15 +288,26 @@ def _malformed(reply: Reply) -> Reply:
 
 
 async def _deliver(reply: Reply, send: Send) -> None:
-    headers = [(b"content-type", reply.content_type), *reply.headers]
-    if not reply.stream:
-        body = reply.chunks[0]
-        headers.append((b"content-length", str(len(body)).encode()))
-        await send({"type": "http.response.start", "status": reply.status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
-        return
+    """Send a whole (not streamed) reply with its Content-Length."""
+    body = reply.chunks[0]
+    headers = [
+        (b"content-type", reply.content_type),
+        *reply.headers,
+        (b"content-length", str(len(body)).encode()),
+    ]
     await send({"type": "http.response.start", "status": reply.status, "headers": headers})
-    for chunk in reply.chunks:
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _stream(reply: Reply, stall: float, pace: float, receive: Receive, send: Send) -> None:
+    """Send the status and headers at once, the first chunk `stall` seconds later and each next
+    one `pace` seconds after the one before; stop as soon as the client goes away."""
+    headers = [(b"content-type", reply.content_type), *reply.headers]
+    await send({"type": "http.response.start", "status": reply.status, "headers": headers})
+    for index, chunk in enumerate(reply.chunks):
+        wait = pace if index else stall
+        if wait and await _disconnected_within(receive, wait):
+            return
         await send({"type": "http.response.body", "body": chunk, "more_body": True})
     await send({"type": "http.response.body", "body": b""})
 

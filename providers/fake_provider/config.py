@@ -2,6 +2,23 @@
 
 The configuration is an immutable object swapped whole under a lock, so the server thread always
 reads one consistent snapshot while a test thread changes it.
+
+The fault modes (`mode`), played on the chat endpoints, or on every endpoint when scope is "all":
+
+- ok: answer normally.
+- hang: answer nothing until the client goes away (at most HANG_CAP_SECONDS, then a 504).
+- slow: wait delay_ms, then answer; nothing at all is sent before.
+- stall: a streamed answer sends its status and headers at once, then waits delay_ms before the
+  first chunk (time-to-first-token); an answer that is not streamed waits like slow.
+- error, rate_limit, unauthorized, bad_request, context_too_long, overloaded: the error a real
+  provider answers, in the dialect's shape (error with the configured status, rate_limit with
+  retry_after as its Retry-After header).
+- malformed: a 200 whose body (or a stream's first chunk) is broken off mid-JSON.
+- cut_stream: the first chunk of a stream (or half of a whole body), delay_ms, then the
+  connection dropped.
+
+`chunk_delay_ms` paces any streamed answer, whatever the mode: it is the wait between one chunk
+and the next, so a stream can be made to last long enough to cut or cancel it midway.
 """
 
 from __future__ import annotations
@@ -25,6 +42,7 @@ MODES = (
     "context_too_long",
     "cut_stream",
     "overloaded",
+    "stall",
 )
 SCOPES = ("chat", "all")
 DEFAULT_MODELS = ("llama3.1:8b", "gpt-4o-mini")
@@ -47,6 +65,7 @@ class ConfigError(ValueError):
 class FakeConfig:
     mode: str = "ok"
     delay_ms: int = 0
+    chunk_delay_ms: int = 0
     status: int = 500
     retry_after: str | None = None
     error_rate: float = 0.0
@@ -139,6 +158,7 @@ def _models(name: str, value: Any) -> tuple[str, ...]:
 _VALIDATORS = {
     "mode": _choice(MODES),
     "delay_ms": _int_between(0, int(HANG_CAP_SECONDS * 1000)),
+    "chunk_delay_ms": _int_between(0, int(HANG_CAP_SECONDS * 1000)),
     "status": _int_between(400, 599),
     "retry_after": _header_value,
     "error_rate": _rate,
@@ -172,7 +192,7 @@ class FakeState:
             fail = False
             if (
                 config.error_rate
-                and config.mode in ("ok", "slow")
+                and config.mode in ("ok", "slow", "stall")
                 and (chat or config.scope == "all")
             ):
                 self._error_debt += config.error_rate

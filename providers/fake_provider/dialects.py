@@ -1,8 +1,10 @@
-"""What the fake provider says, in Ollama's and in OpenAI's words: answers, model lists, errors.
+"""What the fake provider says, in Ollama's, OpenAI's and Anthropic's words: answers, model
+lists, errors.
 
 Each builder returns a `Reply` (status, headers, body chunks); `app` decides how it is delivered
-(whole, broken or cut). Token counts are a cheap deterministic estimate: the number of
-whitespace-separated words, of the messages' text for the prompt and of the answer for the output.
+(whole or streamed, paced, broken or cut). Token counts are a cheap deterministic estimate: the
+number of whitespace-separated words, of the messages' text for the prompt and of the answer for
+the output.
 """
 
 from __future__ import annotations
@@ -244,22 +246,65 @@ def openai_models(config: FakeConfig) -> Reply:
 
 
 def anthropic_messages(
-    config: FakeConfig, *, model: str, prompt_tokens: int, limit: int | None
+    config: FakeConfig, *, model: str, prompt_tokens: int, limit: int | None, stream: bool
 ) -> Reply:
-    """A Messages API answer: content blocks, stop reason, usage (no streaming yet)."""
+    """A Messages API answer: content blocks, stop reason, usage; streamed as Anthropic's
+    server-sent events when `stream`."""
     pieces, text, reason = answer(config, limit)
-    return json_reply(
-        200,
-        {
-            "id": f"msg_{_id_prefix}{next(_ids):08x}",
-            "type": "message",
-            "role": "assistant",
-            "model": model,
-            "content": [{"type": "text", "text": text}],
-            "stop_reason": "max_tokens" if reason == "length" else "end_turn",
-            "stop_sequence": None,
-            "usage": {"input_tokens": prompt_tokens, "output_tokens": len(pieces)},
-        },
+    message_id = f"msg_{_id_prefix}{next(_ids):08x}"
+    stop_reason = "max_tokens" if reason == "length" else "end_turn"
+    if not stream:
+        return json_reply(
+            200,
+            {
+                "id": message_id,
+                "type": "message",
+                "role": "assistant",
+                "model": model,
+                "content": [{"type": "text", "text": text}],
+                "stop_reason": stop_reason,
+                "stop_sequence": None,
+                "usage": {"input_tokens": prompt_tokens, "output_tokens": len(pieces)},
+            },
+        )
+
+    def event(name: str, data: dict[str, Any]) -> bytes:
+        return b"event: " + name.encode() + b"\ndata: " + dumps({"type": name, **data}) + b"\n\n"
+
+    # The message starts empty, with the output count Anthropic reports before the first token;
+    # message_delta carries the final count.
+    start: dict[str, Any] = {
+        "id": message_id,
+        "type": "message",
+        "role": "assistant",
+        "content": [],
+        "model": model,
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": prompt_tokens, "output_tokens": 1},
+    }
+    events = [
+        event("message_start", {"message": start}),
+        event("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}}),
+        event("ping", {}),
+    ]
+    events.extend(
+        event("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": piece}})
+        for piece in pieces
+    )
+    events.append(event("content_block_stop", {"index": 0}))
+    events.append(
+        event(
+            "message_delta",
+            {
+                "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+                "usage": {"output_tokens": len(pieces)},
+            },
+        )
+    )
+    events.append(event("message_stop", {}))
+    return Reply(
+        200, SSE, events, stream=True, headers=((b"cache-control", b"no-cache"),), separator=b"\n\n"
     )
 
 

@@ -1,5 +1,5 @@
-"""The fake provider, over real loopback sockets: both dialects, every fault, the control API,
-the in-process handle and the management command."""
+"""The fake provider, over real loopback sockets: its three dialects, every fault, the control
+API, the in-process handle and the management command."""
 
 from __future__ import annotations
 
@@ -57,8 +57,45 @@ def openai_chat(client, **fields):
     return client.post("/v1/chat/completions", json=body)
 
 
+def anthropic_chat(client, **fields):
+    body = {"model": "gpt-4o-mini", "max_tokens": 1024, "messages": PROMPT, **fields}
+    return client.post("/v1/messages", json=body)
+
+
+# dialect -> (path, body) of a streamed chat call
+STREAMED = {
+    "ollama": ("/api/chat", {"model": "llama3.1:8b", "messages": PROMPT}),
+    "openai": (
+        "/v1/chat/completions",
+        {"model": "gpt-4o-mini", "messages": PROMPT, "stream": True},
+    ),
+    "anthropic": (
+        "/v1/messages",
+        {"model": "gpt-4o-mini", "max_tokens": 1024, "messages": PROMPT, "stream": True},
+    ),
+}
+
+
 def sse_events(text):
     return [line.removeprefix("data: ") for line in text.split("\n\n") if line]
+
+
+def anthropic_events(text):
+    """Anthropic's server-sent events as (name, data) pairs; each event's data names its type."""
+    events = []
+    for block in filter(None, text.split("\n\n")):
+        name_line, data_line = block.split("\n")
+        assert name_line.startswith("event: ") and data_line.startswith("data: ")
+        name, data = name_line.removeprefix("event: "), json.loads(data_line.removeprefix("data: "))
+        assert data["type"] == name
+        events.append((name, data))
+    return events
+
+
+def stream_chunks(dialect, text):
+    """A streamed body split into the chunks the server sent: NDJSON lines or SSE events."""
+    separator = "\n" if dialect == "ollama" else "\n\n"
+    return [chunk for chunk in text.split(separator) if chunk]
 
 
 class TestOllamaDialect:
@@ -218,6 +255,96 @@ class TestOpenAIDialect:
         assert response.status_code == 400
 
 
+class TestAnthropicDialect:
+    def test_it_answers_messages_in_anthropics_shape(self, client):
+        response = anthropic_chat(client)
+        assert response.status_code == 200
+        body = response.json()
+        assert body["id"].startswith("msg_")
+        assert (body["type"], body["role"], body["model"]) == (
+            "message",
+            "assistant",
+            "gpt-4o-mini",
+        )
+        assert body["content"] == [{"type": "text", "text": DEFAULT_TEXT}]
+        assert (body["stop_reason"], body["stop_sequence"]) == ("end_turn", None)
+        assert body["usage"] == {"input_tokens": PROMPT_WORDS, "output_tokens": ANSWER_WORDS}
+
+    def test_it_streams_messages_as_anthropics_server_sent_events(self, client):
+        response = anthropic_chat(client, stream=True)
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        events = anthropic_events(response.text)
+        names = [name for name, _ in events]
+        assert names == [
+            "message_start",
+            "content_block_start",
+            "ping",
+            *["content_block_delta"] * ANSWER_WORDS,
+            "content_block_stop",
+            "message_delta",
+            "message_stop",
+        ]
+        message = events[0][1]["message"]
+        assert message["id"].startswith("msg_")
+        assert (message["type"], message["role"], message["model"]) == (
+            "message",
+            "assistant",
+            "gpt-4o-mini",
+        )
+        assert message["content"] == []
+        assert (message["stop_reason"], message["stop_sequence"]) == (None, None)
+        assert message["usage"] == {"input_tokens": PROMPT_WORDS, "output_tokens": 1}
+        assert events[1][1] == {
+            "type": "content_block_start",
+            "index": 0,
+            "content_block": {"type": "text", "text": ""},
+        }
+        deltas = [data for name, data in events if name == "content_block_delta"]
+        assert all(delta["index"] == 0 for delta in deltas)
+        assert all(delta["delta"]["type"] == "text_delta" for delta in deltas)
+        assert "".join(delta["delta"]["text"] for delta in deltas) == DEFAULT_TEXT
+        assert events[-3][1] == {"type": "content_block_stop", "index": 0}
+        assert events[-2][1] == {
+            "type": "message_delta",
+            "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+            "usage": {"output_tokens": ANSWER_WORDS},
+        }
+        assert events[-1][1] == {"type": "message_stop"}
+
+    def test_max_tokens_cuts_the_stream_with_stop_reason_max_tokens(self, client):
+        events = anthropic_events(anthropic_chat(client, stream=True, max_tokens=3).text)
+        deltas = [data["delta"]["text"] for name, data in events if name == "content_block_delta"]
+        assert "".join(deltas) == " ".join(DEFAULT_TEXT.split()[:3])
+        message_delta = next(data for name, data in events if name == "message_delta")
+        assert message_delta["delta"]["stop_reason"] == "max_tokens"
+        assert message_delta["usage"] == {"output_tokens": 3}
+
+    @pytest.mark.parametrize(
+        ("fault", "status", "error_type"),
+        [
+            ({"mode": "rate_limit"}, 429, "rate_limit_error"),
+            ({"mode": "overloaded"}, 529, "overloaded_error"),
+            ({"mode": "error", "status": 502}, 502, "api_error"),
+        ],
+    )
+    def test_errors_on_a_streamed_call_are_plain_json_replies(
+        self, fake, client, fault, status, error_type
+    ):
+        fake.set_fault(**fault)
+        response = anthropic_chat(client, stream=True)
+        assert response.status_code == status
+        assert response.headers["content-type"] == "application/json"
+        body = response.json()
+        assert (body["type"], body["error"]["type"]) == ("error", error_type)
+        assert body["error"]["message"]
+
+    def test_an_unknown_model_on_a_streamed_call_is_a_json_404(self, client):
+        response = anthropic_chat(client, stream=True, model="claude-9")
+        assert response.status_code == 404
+        assert response.json()["error"]["type"] == "not_found_error"
+
+
 class TestFaults:
     @pytest.mark.parametrize(
         ("fault", "status", "openai_type", "openai_code"),
@@ -283,6 +410,16 @@ class TestFaults:
         with pytest.raises(json.JSONDecodeError):
             [json.loads(event) for event in events if event != "[DONE]"]
 
+    def test_malformed_anthropic_streams_break_the_first_event_only(self, fake, client):
+        fake.set_fault(mode="malformed")
+        response = anthropic_chat(client, stream=True)
+        assert response.status_code == 200
+        first, *rest = response.text.split("\n\n")
+        assert first.startswith("event: message_start\ndata: {")
+        with pytest.raises(json.JSONDecodeError):
+            json.loads(first.split("\ndata: ", 1)[1])
+        assert [name for name, _ in anthropic_events("\n\n".join(rest))][-1] == "message_stop"
+
     @pytest.mark.parametrize("chat", [ollama_chat, openai_chat])
     def test_cut_stream_sends_the_first_chunk_then_drops_the_connection(self, fake, client, chat):
         fake.set_fault(mode="cut_stream")
@@ -299,6 +436,20 @@ class TestFaults:
         assert len(received) == 1
         first = json.loads(received[0].removeprefix("data: "))
         assert "[DONE]" not in received[0] and first.get("done") is not True
+
+    def test_cut_stream_on_an_anthropic_stream_sends_message_start_then_drops(self, fake, client):
+        fake.set_fault(mode="cut_stream")
+        path, body = STREAMED["anthropic"]
+        received = []
+        with (
+            pytest.raises(httpx.RemoteProtocolError),
+            client.stream("POST", path, json=body) as response,
+        ):
+            assert response.status_code == 200
+            received.extend(response.iter_text())
+        [(name, data)] = anthropic_events("".join(received))
+        assert name == "message_start"
+        assert data["message"]["role"] == "assistant"
 
     def test_cut_stream_waits_delay_ms_before_the_cut(self, fake, client):
         fake.set_fault(mode="cut_stream", delay_ms=200)
@@ -318,6 +469,75 @@ class TestFaults:
         response = openai_chat(client)
         assert time.monotonic() - started >= 0.3
         assert response.json()["choices"][0]["message"]["content"] == DEFAULT_TEXT
+
+    @pytest.mark.parametrize("dialect", STREAMED)
+    def test_stall_sends_the_headers_at_once_and_the_first_chunk_after_delay_ms(
+        self, fake, client, dialect
+    ):
+        fake.set_fault(mode="stall", delay_ms=1000)
+        path, body = STREAMED[dialect]
+        started = time.monotonic()
+        with client.stream("POST", path, json=body) as response:
+            headers_at = time.monotonic() - started
+            chunks = response.iter_text()
+            first = next(chunks)
+            first_at = time.monotonic() - started
+            text = first + "".join(chunks)
+        assert response.status_code == 200
+        # Generous margins: the headers come well before the stall ends, the first chunk after.
+        assert headers_at < 0.5
+        assert first_at >= 1.0
+        if dialect == "anthropic":
+            assert [name for name, _ in anthropic_events(text)][-1] == "message_stop"
+        else:
+            assert len(stream_chunks(dialect, text)) > ANSWER_WORDS
+
+    def test_stall_on_a_whole_answer_waits_delay_ms_like_slow(self, fake, client):
+        fake.set_fault(mode="stall", delay_ms=300)
+        started = time.monotonic()
+        response = anthropic_chat(client)
+        assert time.monotonic() - started >= 0.3
+        assert response.json()["content"][0]["text"] == DEFAULT_TEXT
+
+    def test_a_stall_longer_than_the_read_timeout_times_out_after_the_headers(self, fake, client):
+        fake.set_fault(mode="stall", delay_ms=5000)
+        path, body = STREAMED["openai"]
+        started = time.monotonic()
+        with client.stream("POST", path, json=body, timeout=0.3) as response:
+            assert response.status_code == 200
+            with pytest.raises(httpx.ReadTimeout):
+                next(response.iter_raw())
+        assert time.monotonic() - started < 2
+        fake.set_fault(mode="ok")
+        assert openai_chat(client).status_code == 200
+
+    @pytest.mark.parametrize("dialect", STREAMED)
+    def test_chunk_delay_ms_spaces_the_chunks_of_a_stream(self, fake, client, dialect):
+        fake.set_fault(text="one two three four", chunk_delay_ms=60)
+        path, body = STREAMED[dialect]
+        started = time.monotonic()
+        with client.stream("POST", path, json=body) as response:
+            chunks = response.iter_text()
+            first = next(chunks)
+            first_at = time.monotonic() - started
+            text = first + "".join(chunks)
+        took = time.monotonic() - started
+        gaps = len(stream_chunks(dialect, text)) - 1
+        assert gaps >= 4
+        assert took >= gaps * 0.06
+        assert first_at < took / 2
+        if dialect == "anthropic":
+            events = anthropic_events(text)
+            deltas = [
+                data["delta"]["text"] for name, data in events if name == "content_block_delta"
+            ]
+            assert "".join(deltas) == "one two three four"
+
+    def test_chunk_delay_ms_leaves_a_whole_answer_alone(self, fake, client):
+        fake.set_fault(chunk_delay_ms=2000)
+        started = time.monotonic()
+        assert openai_chat(client).json()["choices"][0]["message"]["content"] == DEFAULT_TEXT
+        assert time.monotonic() - started < 1
 
     def test_a_hang_lasts_until_the_client_gives_up_and_the_server_stays_usable(self, fake, client):
         fake.set_fault(mode="hang")
@@ -358,12 +578,24 @@ class TestControl:
         again = client.post("/_control/fault", json={"status": 503}).json()
         assert (again["mode"], again["delay_ms"], again["status"]) == ("slow", 50, 503)
 
+    def test_the_fault_endpoint_sets_stall_and_chunk_delay_ms(self, fake, client):
+        changes = {"mode": "stall", "delay_ms": 200, "chunk_delay_ms": 25}
+        config = client.post("/_control/fault", json=changes).json()
+        assert (config["mode"], config["delay_ms"], config["chunk_delay_ms"]) == ("stall", 200, 25)
+        assert client.get("/_control/fault").json()["chunk_delay_ms"] == 25
+        assert fake.config.chunk_delay_ms == 25
+
     @pytest.mark.parametrize(
         ("payload", "field"),
         [
             ({"mode": "explode"}, "mode"),
             ({"delay_ms": -1}, "delay_ms"),
             ({"delay_ms": "10"}, "delay_ms"),
+            ({"chunk_delay_ms": -1}, "chunk_delay_ms"),
+            ({"chunk_delay_ms": 2.5}, "chunk_delay_ms"),
+            ({"chunk_delay_ms": True}, "chunk_delay_ms"),
+            ({"chunk_delay_ms": None}, "chunk_delay_ms"),
+            ({"chunk_delay_ms": 10**9}, "chunk_delay_ms"),
             ({"status": 200}, "status"),
             ({"retry_after": 2}, "retry_after"),
             ({"error_rate": 1.5}, "error_rate"),
@@ -391,6 +623,9 @@ class TestControl:
         with pytest.raises(ConfigError) as raised:
             fake.set_fault(mode="explode")
         assert raised.value.field == "mode"
+        with pytest.raises(ConfigError) as raised:
+            fake.set_fault(chunk_delay_ms="50")
+        assert raised.value.field == "chunk_delay_ms"
 
     def test_text_and_models_change_at_run_time(self, client):
         client.post("/_control/fault", json={"text": "Hello there friend", "models": ["phi3"]})
@@ -421,6 +656,7 @@ class TestControl:
             assert fake.config.to_dict() == {
                 "mode": "ok",
                 "delay_ms": 0,
+                "chunk_delay_ms": 0,
                 "status": 500,
                 "retry_after": None,
                 "error_rate": 0.0,

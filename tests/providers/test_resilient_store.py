@@ -12,7 +12,7 @@ import pytest
 
 from providers import state_redis
 from providers.breaker import BreakerState, Mode, State
-from providers.state import Sample, SpendIncrement, Windows
+from providers.state import CacheWrite, Sample, SpendIncrement, Windows
 from providers.state_redis import RedisStore, ResilientStore
 
 from .test_state_stores import close_redis_store, flush_redis, redis_url
@@ -90,6 +90,23 @@ async def test_every_call_falls_back_to_local_state_without_raising(down):
     assert await down.config_version() == 1
 
 
+async def test_while_redis_is_down_answers_are_cached_in_local_memory(down):
+    key, answer = "cache:" + "ab" * 32, '{"text": "Zürich"}'
+    await down.cache_put(key, answer, 60)
+    assert await down.cache_get(key) == answer
+    await down.record(
+        NAME,
+        FAILED,
+        now=T0,
+        windows=WINDOWS,
+        want_stats=False,
+        cache=CacheWrite("cache:recorded", answer, 60),
+    )
+    assert await down.cache_get("cache:recorded") == answer
+    assert await down.fallback.cache_get(key) == answer
+    assert down.health()["ok"] is False
+
+
 async def test_health_reports_routing_on_local_state_while_redis_is_down(down):
     assert down.health() == {"backend": "redis", "ok": True}
     await down.read(NAME)
@@ -148,6 +165,15 @@ async def test_with_redis_up_it_reads_and_writes_through_to_redis():
         assert (await resilient.read(NAME, [SPEND])) == (opened, {SPEND: 2.5})
         assert resilient.bump_config_version() == 1
         assert await plain.config_version() == 1
+
+        await resilient.cache_put("cache:put", "ü", 60)
+        recorded = CacheWrite("cache:recorded", "ß", 60)
+        await resilient.record(
+            NAME, FAILED, now=T0, windows=WINDOWS, want_stats=False, cache=recorded
+        )
+        assert await plain.cache_get("cache:put") == "ü"
+        assert await plain.cache_get("cache:recorded") == "ß"
+        assert await resilient.fallback.cache_get("cache:put") is None
         assert resilient.health() == {"backend": "redis", "ok": True}
     finally:
         await close_redis_store(resilient.primary)

@@ -26,7 +26,7 @@ from providers.fake_provider import (
 
 
 class Command(BaseCommand):
-    help = "Serve a fake Ollama- and OpenAI-compatible provider with switchable faults."
+    help = "Serve a fake Ollama-, OpenAI- and Anthropic-compatible provider with switchable faults."
     # No system checks and no migrations check: the command must run without a database.
     requires_system_checks: list[str] = []
     requires_migrations_checks = False
@@ -43,10 +43,16 @@ class Command(BaseCommand):
             metavar="NAME",
             help=f"A model to serve (repeatable). Default: {', '.join(DEFAULT_MODELS)}.",
         )
-        parser.add_argument("--api-key", help="Require this bearer key on the OpenAI endpoints.")
+        parser.add_argument(
+            "--api-key", help="Require this key on the OpenAI and Anthropic endpoints."
+        )
         parser.add_argument("--text", help="The answer's text.")
         parser.add_argument("--mode", choices=MODES, help="The fault to start with (default ok).")
-        parser.add_argument("--delay-ms", type=int, help="For slow and cut_stream.")
+        parser.add_argument(
+            "--delay-ms",
+            type=int,
+            help="For slow and cut_stream; for stall, the wait before a stream's first chunk.",
+        )
         parser.add_argument("--status", type=int, help="For error (default 500).")
         parser.add_argument("--retry-after", help="For rate_limit: the Retry-After header.")
         parser.add_argument("--error-rate", type=float, help="Share of chat calls failing, 0..1.")
