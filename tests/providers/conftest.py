@@ -140,3 +140,42 @@ async def update_policy(**values) -> None:
     from providers.gateway import get_gateway
 
     await get_gateway().snapshots.refresh()
+
+
+@pytest.fixture
+def live_url(gateway) -> Iterator[str]:
+    """The real ASGI application served by uvicorn on a loopback port, in a thread of this
+    process, sharing the test's gateway: for clients that need a real socket (streaming, the
+    official SDKs, a client that hangs up)."""
+    import asyncio
+    import socket
+    import threading
+
+    import uvicorn
+
+    from failover_site.asgi import application
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(application, lifespan="off", log_level="warning", timeout_keep_alive=5)
+    )
+
+    async def serve() -> None:
+        try:
+            await server.serve(sockets=[sock])
+        finally:  # this loop's provider connections and Redis clients
+            await gateway.adapters.aclose()
+            await gateway.store.aclose()
+
+    thread = threading.Thread(target=asyncio.run, args=(serve(),), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline, "the live server did not start"
+        time.sleep(0.01)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=10)
+    sock.close()
