@@ -700,6 +700,7 @@ def _answered(
     completion = result.completion
     assert completion is not None
     routed.text = completion.text
+    routed.finish_reason = _finish_reason(completion.finish_reason)
     routed.tokens_in, routed.tokens_out = completion.tokens_in, completion.tokens_out
     routed.cost = result.cost
     return routed

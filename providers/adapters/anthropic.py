@@ -77,6 +77,7 @@ class AnthropicAdapter(ProviderAdapter):
                 tokens_in=token_count(usage.get("input_tokens")),
                 tokens_out=token_count(usage.get("output_tokens")),
                 latency_ms=latency_ms,
+                finish_reason=str(body.get("stop_reason") or ""),
             )
         )
 

@@ -59,6 +59,7 @@ class Completion:
     latency_ms: float
     is_fallback: bool = False
     degradation_notice: str | None = None
+    finish_reason: str = ""  # the provider's own word: stop, length, max_tokens, end_turn …
 
 
 @dataclass(frozen=True, slots=True)
@@ -362,6 +363,7 @@ class CompletionStream:
             tokens_in=self.tokens_in,
             tokens_out=self.tokens_out or estimate_tokens(self.text),
             latency_ms=latency_ms,
+            finish_reason=self.finish_reason,
         )
 
 

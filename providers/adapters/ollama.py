@@ -56,6 +56,7 @@ class OllamaAdapter(ProviderAdapter):
                 tokens_in=token_count(body.get("prompt_eval_count")),
                 tokens_out=token_count(body.get("eval_count")),
                 latency_ms=latency_ms,
+                finish_reason=str(body.get("done_reason") or ""),
             )
         )
 

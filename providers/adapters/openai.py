@@ -51,6 +51,7 @@ class OpenAICompatibleAdapter(ProviderAdapter):
             # A null content is a refusal or a tool call: nothing a frontend can show.
             raise self.malformed("choices[0].message.content is not text")
         usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+        finish_reason = body["choices"][0].get("finish_reason")
         return self.succeeded(
             Completion(
                 text=text,
@@ -58,6 +59,7 @@ class OpenAICompatibleAdapter(ProviderAdapter):
                 tokens_in=token_count(usage.get("prompt_tokens")),
                 tokens_out=token_count(usage.get("completion_tokens")),
                 latency_ms=latency_ms,
+                finish_reason=str(finish_reason or ""),
             )
         )
 
