@@ -7,10 +7,6 @@ from providers import api, openai_api
 
 from . import probes
 
-admin.site.site_header = "AI failover gateway"
-admin.site.site_title = "AI failover gateway"
-admin.site.index_title = "Control room"
-
 urlpatterns = [
     path("healthz", probes.healthz, name="healthz"),
     path("readyz", probes.readyz, name="readyz"),

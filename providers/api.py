@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from .adapters.base import CompletionRequest
 from .gateway import Gateway, get_gateway
+from .incidents import note_events
 from .router import RouteRequest, RouteResult, route
 from .state import Windows, spend_key
 from .validation import ApiError, parse_complete
@@ -181,7 +182,10 @@ def failover_headers(result: RouteResult, request_id: str) -> dict[str, str]:
 def record_call(
     gateway: Gateway, routed: RouteRequest, result: RouteResult, latency_ms: int
 ) -> None:
-    """The request's line in the call ledger (buffered; written off the request's path)."""
+    """The request's line in the call ledger, and its breaker events as incidents (both
+    buffered; written off the request's path)."""
+    if result.events:
+        note_events(result.events)
     prompt = routed.completion.prompt
     gateway.ledger.add(
         {

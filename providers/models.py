@@ -438,6 +438,8 @@ class ChangeAction(models.TextChoices):
     UPDATE = "update", "Updated"
     DELETE = "delete", "Deleted"
     KILL_SWITCH = "kill_switch", "Kill switch"
+    BREAKER = "breaker", "Breaker override"
+    RESET_DEFAULT = "reset_default", "Back to default"
     SEED = "seed", "Loaded defaults"
 
 
@@ -472,3 +474,32 @@ class ConfigChange(models.Model):
     def __str__(self) -> str:
         when = self.created_at.strftime("%Y-%m-%d %H:%M:%S")
         return f"{when} {self.actor_name} {self.get_action_display().lower()} {self.target_repr}"
+
+
+class Incident(models.Model):
+    """A provider out of service: from its breaker opening to its closing again.
+
+    Written off the request path from the breaker's events; the process whose transition won
+    writes it, so each opening is one incident however many processes serve.
+    """
+
+    provider = models.CharField(max_length=64, db_index=True)
+    started_at = models.DateTimeField(db_index=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    reason = models.CharField(max_length=100, blank=True)
+    reopened = models.PositiveIntegerField(
+        default=0, help_text="Failed half-open rounds before it recovered."
+    )
+
+    class Meta:
+        ordering = ["-started_at"]
+        indexes = [models.Index(fields=["provider", "ended_at"], name="incident_open")]
+
+    def __str__(self) -> str:
+        return f"{self.provider} out since {self.started_at:%Y-%m-%d %H:%M:%S}"
+
+    @property
+    def duration_s(self) -> float | None:
+        if self.ended_at is None:
+            return None
+        return (self.ended_at - self.started_at).total_seconds()

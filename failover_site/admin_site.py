@@ -1,0 +1,34 @@
+"""The operators' admin site: Django's admin with the control room in it.
+
+The front page is the live status; the control room's pages (thresholds, the static-answer
+workbench, charts) sit beside the model pages, under the admin's login and permissions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, URLResolver
+
+
+class FailoverAdminSite(admin.AdminSite):
+    site_header = "AI failover gateway"
+    site_title = "AI failover gateway"
+    index_title = "Control room"
+    index_template = "control/index.html"
+
+    def get_urls(self) -> list[URLResolver | URLPattern]:
+        from providers.control.urls import control_urls
+
+        return control_urls(self) + super().get_urls()
+
+    def index(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
+        from providers.control.status_views import status_context
+
+        context = {**status_context(request), **(extra_context or {})}
+        response = super().index(request, context)
+        assert isinstance(response, TemplateResponse)
+        return response

@@ -1,0 +1,108 @@
+"""The live status page (the admin's front page), its partial, the kill switch and the
+provider actions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.admin import AdminSite
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path
+from django.views.decorators.http import require_GET, require_POST
+
+from ..breaker import Mode
+from ..models import KillSwitch, Provider
+from . import actions
+from .dashboard import control_status
+
+KILL_SWITCH_PERMISSION = "providers.flip_kill_switch"
+PROVIDER_PERMISSION = "providers.change_provider"
+PROVIDER_ACTIONS = ("enable", "disable", "up", "down", "reset", "force_open")
+
+
+def urls(site: AdminSite) -> list[URLPattern]:
+    return [
+        path("control/status/", site.admin_view(status_partial), name="control-status"),
+        path("control/kill-switch/", site.admin_view(kill_switch), name="control-kill-switch"),
+        path(
+            "control/providers/<int:pk>/<str:action>/",
+            site.admin_view(provider_action),
+            name="control-provider-action",
+        ),
+    ]
+
+
+def status_context(request: HttpRequest, **extra: Any) -> dict[str, Any]:
+    user = request.user
+    return {
+        "control": control_status(),
+        "can_flip": user.has_perm(KILL_SWITCH_PERMISSION),
+        "can_change_providers": user.has_perm(PROVIDER_PERMISSION),
+        "kill_switch_choices": KillSwitch.choices,
+        "all_providers": Provider.objects.order_by("priority", "name"),
+        **extra,
+    }
+
+
+def _panel(request: HttpRequest, status: int = 200, **extra: Any) -> TemplateResponse:
+    return TemplateResponse(
+        request, "control/status_panel.html", status_context(request, **extra), status=status
+    )
+
+
+@require_GET
+def status_partial(request: HttpRequest) -> HttpResponse:
+    return _panel(request)
+
+
+@require_POST
+def kill_switch(request: HttpRequest) -> HttpResponse:
+    if not request.user.has_perm(KILL_SWITCH_PERMISSION):
+        raise PermissionDenied("Flipping the kill switch takes its own permission.")
+    mode = request.POST.get("mode", "")
+    provider_id = request.POST.get("provider", "")
+    provider = (
+        Provider.objects.filter(pk=int(provider_id)).first() if provider_id.isdigit() else None
+    )
+    try:
+        actions.kill_switch_set(
+            mode=mode, provider=provider, reason=request.POST.get("reason", ""), actor=request.user
+        )
+    except ValidationError as exc:
+        return _panel(
+            request,
+            status=422,
+            kill_switch_errors=exc.message_dict,
+            kill_switch_form=request.POST,
+        )
+    return _panel(request, notice=f"Kill switch: {KillSwitch(mode).label}.")
+
+
+@require_POST
+def provider_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
+    if not request.user.has_perm(PROVIDER_PERMISSION):
+        raise PermissionDenied("Changing providers takes the provider change permission.")
+    if action not in PROVIDER_ACTIONS:
+        return HttpResponse(f"Unknown action {action!r}.", status=404, content_type="text/plain")
+    provider = get_object_or_404(Provider, pk=pk)
+    user = request.user
+    if action in ("enable", "disable"):
+        actions.provider_enable(provider, action == "enable", user)
+        notice = f"{provider.name} {action}d."
+    elif action in ("up", "down"):
+        moved = actions.provider_move(provider, action, user)
+        notice = (
+            f"{provider.name} moved {action}."
+            if moved
+            else f"{provider.name} is already at the end."
+        )
+    elif action == "reset":
+        actions.breaker_set_mode(provider, Mode.AUTO, user)
+        notice = f"{provider.name}: breaker reset (closed, automatic)."
+    else:
+        actions.breaker_set_mode(provider, Mode.DISABLED, user)
+        notice = f"{provider.name}: breaker forced open; no calls go to it until reset."
+    return _panel(request, notice=notice)

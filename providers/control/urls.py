@@ -1,0 +1,15 @@
+"""The control room's URLs, under the admin site (its login, its permissions, its CSRF)."""
+
+from __future__ import annotations
+
+from django.contrib.admin import AdminSite
+from django.urls import URLPattern
+
+
+def control_urls(site: AdminSite) -> list[URLPattern]:
+    from . import charts_views, policy_views, static_views, status_views
+
+    patterns: list[URLPattern] = []
+    for module in (status_views, policy_views, static_views, charts_views):
+        patterns += module.urls(site)
+    return patterns
