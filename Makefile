@@ -10,6 +10,8 @@ BIN := $(VENV)/bin
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/13
 PYTEST_ARGS ?=
+# Debian's Chromium, for the control room's browser tests (never a downloaded browser).
+CHROMIUM ?= /usr/bin/chromium
 
 .PHONY: run test test-embedded test-services check lint format typecheck install clean
 
@@ -34,13 +36,22 @@ run: $(VENV)/.installed
 ## test: the whole suite, embedded (SQLite, in-process state) then on PostgreSQL + Redis
 test: test-embedded test-services
 
-test-embedded: $(VENV)/.installed
+# Installed from Debian's packages when missing and this is root; else the browser tests skip
+# (and fail under REQUIRE_SERVICES=1, as in CI).
+$(CHROMIUM):
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "Installing Debian's chromium for the browser tests"; \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1 || \
+		(apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null); \
+	else echo "No $(CHROMIUM) (apt-get install chromium): the browser tests will skip"; fi
+
+test-embedded: $(VENV)/.installed $(CHROMIUM)
 	env -u DATABASE_URL -u REDIS_URL -u CELERY_BROKER_URL ENV_FILE= DEBUG=true \
 		$(BIN)/pytest -m "not services" $(PYTEST_ARGS)
 
 # Set REQUIRE_SERVICES=1 (CI does) to fail instead of skipping when the services are down, and
 # to fail any test that skips.
-test-services: $(VENV)/.installed
+test-services: $(VENV)/.installed $(CHROMIUM)
 	ENV_FILE= DEBUG=true DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) \
 		FAILOVER_TEST_PASS=services FAILOVER_REQUIRE_SERVICES=$(REQUIRE_SERVICES) \
 		$(BIN)/pytest $(PYTEST_ARGS)

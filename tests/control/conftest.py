@@ -1,0 +1,156 @@
+"""A live platform (uvicorn in a thread: the admin, its static files and the API) with the two
+fake providers, and headless Chromium (Debian's, driven by Playwright) to use it as an operator
+would."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
+
+from providers.gateway import Gateway, make_store, set_gateway
+from tests.providers.conftest import (  # noqa: F401 - fixtures used through the ones below
+    _flush_test_redis,
+    primary,
+    providers_configured,
+    secondary,
+)
+
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+ARTIFACTS = Path(os.environ.get("TEST_ARTIFACTS_DIR", "test-artifacts")) / "control-room"
+PASSWORD = "a-long-test-password-1"
+
+
+@pytest.fixture(scope="module")
+def browser(django_db_setup, django_db_blocker) -> Iterator[object]:
+    """Chromium for one test module. Playwright's sync API keeps an event loop running in the
+    test's thread, which Django takes for async code: the tests' own ORM calls are allowed
+    while it runs (the server, in its own thread, is unaffected by what the test does)."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    before = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with sync_playwright() as playwright:
+            chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+            yield chromium
+            chromium.close()
+    finally:
+        if before is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = before
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(10_000)
+    yield page
+    context.close()
+
+
+@pytest.fixture
+def platform_url(providers_configured) -> Iterator[str]:  # noqa: F811
+    """The whole platform on a loopback port, with its own gateway."""
+    import uvicorn
+
+    from failover_site.asgi import application
+
+    _flush_test_redis()
+    gateway = Gateway(store=make_store())
+    set_gateway(gateway)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(application, lifespan="off", log_level="warning", timeout_keep_alive=5)
+    )
+
+    async def serve() -> None:
+        try:
+            await server.serve(sockets=[sock])
+        finally:
+            await gateway.aclose()
+
+    thread = threading.Thread(target=asyncio.run, args=(serve(),), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline, "the live server did not start"
+        time.sleep(0.01)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=15)
+    sock.close()
+    set_gateway(None)
+    _flush_test_redis()
+
+
+def make_operator(username: str, *, permissions: tuple[str, ...] | None = None):
+    """A staff user: a superuser, or one holding just `permissions` ("app.codename")."""
+    users = get_user_model()
+    if permissions is None:
+        return users.objects.create_superuser(username, f"{username}@example.com", PASSWORD)
+    user = users.objects.create_user(username, f"{username}@example.com", PASSWORD, is_staff=True)
+    for name in permissions:
+        app_label, codename = name.split(".")
+        user.user_permissions.add(
+            Permission.objects.get(content_type__app_label=app_label, codename=codename)
+        )
+    return user
+
+
+def log_in(page, base_url: str, username: str) -> None:
+    page.goto(f"{base_url}/admin/login/?next=/admin/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    page.wait_for_selector("#status-panel")
+
+
+def ask(base_url: str, prompt: str) -> dict:
+    response = httpx.post(f"{base_url}/api/v1/complete", json={"prompt": prompt}, timeout=15)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def ask_until(base_url: str, prompt: str, tier: str, *, within_s: float = 1.0) -> dict:
+    """Ask until the answer comes from `tier`, failing if that takes longer than `within_s`:
+    an operator's change is promised to reach every serving process within a second."""
+    started = time.monotonic()
+    while True:
+        answer = ask(base_url, prompt)
+        if answer["tier"] == tier:
+            return answer
+        waited = time.monotonic() - started
+        assert waited < within_s, f"still {answer['tier']} after {waited:.2f} s, not {tier}"
+        time.sleep(0.05)
+
+
+def screenshot(page, name: str) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    return path
