@@ -193,7 +193,13 @@ async def _route(request: RouteRequest, snapshot: Snapshot, gateway: Gateway) ->
         forced = snapshot.provider(policy.kill_switch_provider)
         candidates = (forced,) if forced is not None else ()
         forced_reason = "kill_switch_forced"
-    elif walk.cache_key and policy.cache_mode == "cost_saver":
+    elif (
+        walk.cache_key
+        and policy.cache_mode == "cost_saver"
+        # A provider asked for by name, or a task that takes no fallback, wants a fresh answer.
+        and not request.prefer
+        and request.task not in policy.no_fallback_tasks
+    ):
         hit = await cache_read(gateway.store, walk.cache_key)
         if hit is not None:
             return _cached(walk, hit, attempts, "cache_cost_saver", fallback=False)
@@ -503,6 +509,8 @@ async def _attempt(
         else:
             completion = value
     except _Cancelled:
+        if ticket.was_probe:  # it will never report: its slot goes to the next call
+            await gateway.store.release_probe(name, ticket.state.version)
         latency_ms = round((gateway.clock.mono() - ticket.started) * 1000)
         return _AttemptResult(Attempt(name, "cancelled", latency_ms=latency_ms))
     except ProviderError as exc:

@@ -129,6 +129,11 @@ class StateStore(ABC):
         (noting when, so a round whose probes never report can be told from a slow one)."""
 
     @abstractmethod
+    async def release_probe(self, name: str, version: int) -> None:
+        """Give back a probe slot whose call was abandoned before it could report (a hedged
+        race it lost), so the round isn't left waiting for a verdict that never comes."""
+
+    @abstractmethod
     async def set_mode(self, name: str, mode: Mode) -> BreakerState:
         """An operator's override; also the way back to AUTO. Resets the breaker to CLOSED."""
 
@@ -335,6 +340,15 @@ class MemoryStore(StateStore):
             last_probe_at=current.last_probe_at if now is None else now,
         )
         return True
+
+    async def release_probe(self, name: str, version: int) -> None:
+        current = self._states.get(name, BreakerState())
+        if (
+            current.version == version
+            and current.state == State.HALF_OPEN
+            and current.probes_admitted > 0
+        ):
+            self._states[name] = replace(current, probes_admitted=current.probes_admitted - 1)
 
     async def set_mode(self, name: str, mode: Mode) -> BreakerState:
         current = self._states.get(name, BreakerState())

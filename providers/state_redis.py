@@ -115,6 +115,14 @@ if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'last_probe_at', ARGV[3]) end
 return 1
 """
 
+_RELEASE_PROBE = """
+local st = redis.call('HMGET', KEYS[1], 'version', 'state', 'probes_admitted')
+if tonumber(st[1] or '0') ~= tonumber(ARGV[1]) or st[2] ~= 'half_open' then return 0 end
+if tonumber(st[3] or '0') <= 0 then return 0 end
+redis.call('HINCRBY', KEYS[1], 'probes_admitted', -1)
+return 1
+"""
+
 _SET_MODE = """
 local v = tonumber(redis.call('HGET', KEYS[1], 'version') or '0') + 1
 redis.call('DEL', KEYS[1])
@@ -196,6 +204,7 @@ class RedisStore(StateStore):
                 client.register_script(_ACQUIRE_PROBE),
                 client.register_script(_SET_MODE),
                 client.register_script(_SEED_SPEND),
+                client.register_script(_RELEASE_PROBE),
             )
         return entry
 
@@ -274,6 +283,9 @@ class RedisStore(StateStore):
     ) -> bool:
         args = [version, limit, "" if now is None else repr(now)]
         return bool(await self._client()[3](keys=[_breaker_key(name)], args=args))
+
+    async def release_probe(self, name: str, version: int) -> None:
+        await self._client()[6](keys=[_breaker_key(name)], args=[version])
 
     async def set_mode(self, name: str, mode: Mode) -> BreakerState:
         version = await self._client()[4](keys=[_breaker_key(name)], args=[mode.value])
@@ -430,6 +442,9 @@ class ResilientStore(StateStore):
         self, name: str, version: int, limit: int, now: float | None = None
     ) -> bool:
         return bool(await self._call("acquire_probe", name, version, limit, now))
+
+    async def release_probe(self, name: str, version: int) -> None:
+        await self._call("release_probe", name, version)
 
     async def set_mode(self, name: str, mode: Mode) -> BreakerState:
         result: BreakerState = await self._call("set_mode", name, mode)

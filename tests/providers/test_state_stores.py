@@ -180,6 +180,19 @@ async def test_acquire_probe_grants_nothing_for_an_old_version(store):
     assert (await store.read(NAME))[0].probes_admitted == 0
 
 
+async def test_a_released_probe_slot_can_be_taken_again_at_that_version_only(store):
+    half = await half_open(store)
+    assert [await store.acquire_probe(NAME, half.version, 1) for _ in range(2)] == [True, False]
+    await store.release_probe(NAME, half.version - 1)  # an old round's: nothing to give back
+    assert await store.acquire_probe(NAME, half.version, 1) is False
+    await store.release_probe(NAME, half.version)
+    assert await store.acquire_probe(NAME, half.version, 1) is True
+    await store.release_probe(NAME, half.version)
+    await store.release_probe(NAME, half.version)  # never below zero
+    state, _ = await store.read(NAME)
+    assert state.probes_admitted == 0
+
+
 async def test_acquire_probe_grants_nothing_on_a_closed_breaker(store):
     assert await store.acquire_probe(NAME, 0, 3) is False
     assert (await store.read(NAME))[0] == BreakerState()
