@@ -1,8 +1,223 @@
+"""The static-answer workbench: the answers with their hits, edited in place, a box to try a
+question against the matcher the router uses, and what the ledger says about the static tier."""
+
 from __future__ import annotations
 
+from datetime import timedelta
+from functools import partial
+from typing import Any
+
 from django.contrib.admin import AdminSite
-from django.urls import URLPattern
+from django.core.exceptions import NON_FIELD_ERRORS, PermissionDenied, ValidationError
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse, QueryDict
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_http_methods
+from django_htmx.http import trigger_client_event
+
+from ..models import ChangeAction, StaticAnswer
+from ..selectors import policy_get
+from ..services import Actor, config_change_record, instance_snapshot
+from .static_queries import (
+    DEFAULT_SORT,
+    SORTS,
+    static_answer_list,
+    static_coverage,
+    static_trial,
+    unmatched_questions,
+)
+
+VIEW_PERMISSION = "providers.view_staticanswer"
+CHANGE_PERMISSION = "providers.change_staticanswer"
+ADD_PERMISSION = "providers.add_staticanswer"
+TEMPLATE = "control/static_workbench.html"
+LEDGER_WINDOW = timedelta(days=7)
+# Tells the try-a-question box to ask again: the answer it showed may just have changed.
+SAVED_EVENT = "static-answer-saved"
+EDITABLE_FIELDS = ("question", "alternative_phrasings", "answer", "enabled")
 
 
 def urls(site: AdminSite) -> list[URLPattern]:
-    return []
+    return [
+        path(
+            "control/static/",
+            site.admin_view(partial(workbench, site=site)),
+            name="control-static",
+        ),
+        path("control/static/list/", site.admin_view(answer_list), name="control-static-list"),
+        path("control/static/try/", site.admin_view(try_question), name="control-static-try"),
+        path("control/static/<int:pk>/", site.admin_view(answer_row), name="control-static-row"),
+        path(
+            "control/static/<int:pk>/edit/",
+            site.admin_view(answer_edit),
+            name="control-static-edit",
+        ),
+    ]
+
+
+# The write ---------------------------------------------------------------------------------
+
+
+def static_answer_update(
+    *, answer: StaticAnswer, values: dict[str, Any], actor: Actor
+) -> StaticAnswer:
+    """Change an answer's editable fields and record it, in one transaction; the record moves
+    the config version on commit, so every serving process answers with the new text.
+
+    Raises ValidationError (by field, from the model's full_clean) and saves nothing when the
+    result doesn't hold. An edit that changes nothing writes nothing."""
+    with transaction.atomic():
+        row = StaticAnswer.objects.select_for_update().get(pk=answer.pk)
+        before = instance_snapshot(row)
+        for name in EDITABLE_FIELDS:
+            setattr(row, name, values[name])
+        row.full_clean()
+        if instance_snapshot(row) == before:
+            return row
+        if actor is not None and actor.is_authenticated:
+            row.updated_by = actor  # type: ignore[assignment]
+        row.save()
+        config_change_record(
+            target=row,
+            action=ChangeAction.UPDATE,
+            before=before,
+            after=instance_snapshot(row),
+            actor=actor,
+        )
+    return row
+
+
+def edit_values(data: QueryDict) -> dict[str, Any]:
+    """The edit form's fields as the model holds them: phrasings one per line, no blank lines."""
+    lines = (line.strip() for line in data.get("alternative_phrasings", "").splitlines())
+    return {
+        "question": data.get("question", "").strip(),
+        "alternative_phrasings": "\n".join(line for line in lines if line),
+        "answer": data.get("answer", "").strip(),
+        "enabled": data.get("enabled") == "on",
+    }
+
+
+# Permissions and context -------------------------------------------------------------------
+
+
+def _can_view(request: HttpRequest) -> bool:
+    # As in the admin, whoever may change answers may also see them.
+    return request.user.has_perm(VIEW_PERMISSION) or request.user.has_perm(CHANGE_PERMISSION)
+
+
+def _require_view(request: HttpRequest) -> None:
+    if not _can_view(request):
+        raise PermissionDenied("Seeing static answers takes the static answer view permission.")
+
+
+def _require_change(request: HttpRequest) -> None:
+    if not request.user.has_perm(CHANGE_PERMISSION):
+        raise PermissionDenied("Editing static answers takes the static answer change permission.")
+
+
+def _list_context(request: HttpRequest) -> dict[str, Any]:
+    search = request.GET.get("q", "").strip()
+    sort = request.GET.get("sort", DEFAULT_SORT)
+    sort = sort if sort in SORTS else DEFAULT_SORT
+    return {
+        "answers": static_answer_list(search=search, sort=sort),
+        "q": search,
+        "sort": sort,
+        "can_change": request.user.has_perm(CHANGE_PERMISSION),
+    }
+
+
+def _trial_context(question: str) -> dict[str, Any]:
+    question = question.strip()
+    return {"ask": question, "trial": static_trial(question=question) if question else None}
+
+
+def _ledger_context(request: HttpRequest) -> dict[str, Any]:
+    since = timezone.now() - LEDGER_WINDOW
+    policy = policy_get()
+    return {
+        "policy": policy,
+        "window_days": LEDGER_WINDOW.days,
+        "coverage": static_coverage(since=since),
+        "unmatched": unmatched_questions(since=since) if policy.store_prompts else None,
+        "can_add": request.user.has_perm(ADD_PERMISSION),
+    }
+
+
+def _render(
+    request: HttpRequest, partial_name: str, context: dict[str, Any], status: int = 200
+) -> TemplateResponse:
+    return TemplateResponse(request, f"{TEMPLATE}#{partial_name}", context, status=status)
+
+
+def _row(request: HttpRequest, answer: StaticAnswer, **extra: Any) -> TemplateResponse:
+    context = {
+        "answer": answer,
+        "can_change": request.user.has_perm(CHANGE_PERMISSION),
+        **extra,
+    }
+    return _render(request, "row", context)
+
+
+# The views ---------------------------------------------------------------------------------
+
+
+@require_GET
+def workbench(request: HttpRequest, site: AdminSite) -> HttpResponse:
+    """The whole page; without JavaScript its forms are plain GETs of this page."""
+    _require_view(request)
+    context = {
+        **site.each_context(request),
+        "title": "Static answers",
+        **_list_context(request),
+        **_trial_context(request.GET.get("ask", "")),
+        **_ledger_context(request),
+    }
+    return TemplateResponse(request, TEMPLATE, context)
+
+
+@require_GET
+def answer_list(request: HttpRequest) -> HttpResponse:
+    _require_view(request)
+    return _render(request, "list", _list_context(request))
+
+
+@require_GET
+def try_question(request: HttpRequest) -> HttpResponse:
+    _require_view(request)
+    return _render(request, "try-result", _trial_context(request.GET.get("ask", "")))
+
+
+@require_GET
+def answer_row(request: HttpRequest, pk: int) -> HttpResponse:
+    """The read-only row (the edit form's Cancel)."""
+    _require_view(request)
+    return _row(request, get_object_or_404(StaticAnswer, pk=pk))
+
+
+@require_http_methods(["GET", "POST"])
+def answer_edit(request: HttpRequest, pk: int) -> HttpResponse:
+    """GET: the row's edit form. POST: save it, and answer with the read-only row, or with the
+    form and its errors (422) when the model refuses it."""
+    _require_change(request)
+    answer = get_object_or_404(StaticAnswer, pk=pk)
+    if request.method == "GET":
+        form = {name: getattr(answer, name) for name in EDITABLE_FIELDS}
+        return _render(request, "edit-row", {"answer": answer, "form": form})
+    values = edit_values(request.POST)
+    try:
+        saved = static_answer_update(answer=answer, values=values, actor=request.user)
+    except ValidationError as exc:
+        errors = exc.message_dict
+        context = {
+            "answer": answer,
+            "form": values,
+            "errors": errors,
+            "non_field_errors": errors.get(NON_FIELD_ERRORS, []),
+        }
+        return _render(request, "edit-row", context, status=422)
+    return trigger_client_event(_row(request, saved, saved=True), SAVED_EVENT)

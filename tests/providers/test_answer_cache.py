@@ -168,6 +168,22 @@ async def test_cost_saver_serves_a_repeated_question_without_asking_a_provider(
     assert record.cost == 0
 
 
+async def test_cost_saver_leaves_no_fallback_tasks_to_the_providers(api, gateway, primary):
+    await update_policy(cache_mode="cost_saver", no_fallback_tasks="legal")
+    await ask(api, QUESTION, task="legal")
+    calls = primary.calls
+    again = (await ask(api, QUESTION, task="legal")).json()
+    assert again["tier"] == "primary" and primary.calls == calls + 1
+
+
+async def test_cost_saver_leaves_a_provider_asked_for_by_name_to_answer(gateway, primary):
+    await update_policy(cache_mode="cost_saver")
+    completion = CompletionRequest(prompt=QUESTION)
+    await route(RouteRequest(completion, "r-1"), gateway)
+    named = await route(RouteRequest(completion, "r-2", prefer="ollama-local"), gateway)
+    assert (named.tier, named.provider) == ("primary", "ollama-local")
+
+
 async def test_cost_saver_still_asks_a_provider_for_a_new_question(api, gateway, primary):
     await update_policy(cache_mode="cost_saver")
     await ask(api, QUESTION)
