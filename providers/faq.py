@@ -55,6 +55,8 @@ class FaqIndex:
 
     # Past this length a question is a task, not an FAQ; fuzzy scores on long text mislead.
     MAX_QUESTION_CHARS = 500
+    # How many of the best-scoring phrasings a tie is settled among.
+    TIE_CANDIDATES = 10
 
     def __init__(self, entries: tuple[FaqEntry, ...]) -> None:
         self.entries = entries
@@ -86,16 +88,24 @@ class FaqIndex:
         if not words or len(key) > self.MAX_QUESTION_CHARS or not self._choices:
             return None
         # token_set_ratio scores the shared words against each side's rest, so extra words on
-        # either side ("can i get a refund" / "refund policy") cost little.
-        best = process.extractOne(
+        # either side ("can i get a refund" / "refund policy") cost little. That also gives a
+        # full score to every phrasing holding all the question's words ("open" is in both
+        # "when are you open" and "open source models"): among the best, the one closest as a
+        # whole wins.
+        candidates = process.extract(
             words,
             self._choices,
             scorer=fuzz.token_set_ratio,
             processor=None,
             score_cutoff=threshold,
+            limit=self.TIE_CANDIDATES,
         )
-        if best is None:
+        if not candidates:
             return None
-        _, score, position = best
+        top = candidates[0][1]
+        _, score, position = max(
+            (c for c in candidates if c[1] == top),
+            key=lambda c: (fuzz.token_sort_ratio(words, c[0], processor=None), -c[2]),
+        )
         entry, phrasing = self._owners[position]
         return FaqMatch(entry=entry, score=round(float(score), 1), exact=False, phrasing=phrasing)

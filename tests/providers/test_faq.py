@@ -98,3 +98,18 @@ def test_a_long_text_is_never_a_fuzzy_match():
 
 def test_an_empty_index_matches_nothing():
     assert FaqIndex(()).match("opening hours", threshold=0) is None
+
+
+def test_a_tie_at_the_top_goes_to_the_phrasing_closest_as_a_whole():
+    # "open" is all of "when do you open"'s content words, and is in both phrasings: each
+    # scores 100 on shared words, but only one is about opening hours.
+    index = FaqIndex(
+        (
+            FaqEntry(
+                answer_id=1, answer="Our models are open source.", phrasings=("open source models",)
+            ),
+            FaqEntry(answer_id=2, answer="09:00–18:00.", phrasings=("when are you open",)),
+        )
+    )
+    match = index.match("when do you open", threshold=THRESHOLD)
+    assert match is not None and match.entry.answer_id == 2 and match.score == 100.0
