@@ -13,6 +13,7 @@ from decimal import Decimal
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import (
+    MaxLengthValidator,
     MaxValueValidator,
     MinValueValidator,
     RegexValidator,
@@ -389,9 +390,12 @@ class StaticAnswer(models.Model):
 
     question = models.CharField(max_length=300, unique=True)
     alternative_phrasings = models.TextField(
-        blank=True, help_text="Other ways people ask the same question, one per line."
+        blank=True,
+        validators=[MaxLengthValidator(8000)],
+        help_text="Other ways people ask the same question, one per line.",
     )
-    answer = models.TextField(max_length=4000)
+    # A TextField's max_length only shapes forms: the validator holds it for every write.
+    answer = models.TextField(max_length=4000, validators=[MaxLengthValidator(4000)])
     enabled = models.BooleanField(default=True)
     hit_count = models.PositiveIntegerField(default=0, editable=False)
     last_hit_at = models.DateTimeField(null=True, blank=True, editable=False)

@@ -203,6 +203,10 @@ class TestStaticAnswer:
         errors = _errors(StaticAnswer(question="   ", answer=" "))
         assert set(errors) >= {"question", "answer"}
 
+    def test_an_answer_over_4000_characters_is_rejected_on_every_write(self):
+        answer = StaticAnswer(question="Q?", answer="a" * 4001)
+        assert "at most 4000" in _errors(answer)["answer"][0]
+
     def test_a_phrasing_listed_twice_is_rejected(self):
         answer = StaticAnswer(question="Q?", answer="A.", alternative_phrasings="Hours\nhours")
         assert "listed twice" in _errors(answer)["alternative_phrasings"][0]
