@@ -118,7 +118,7 @@ def build_snapshot(version: int) -> Snapshot:
     """Read the control plane from the database (sync: call it off the event loop)."""
     from billing.models import Budget
 
-    from .models import FailoverPolicy, Provider, StaticAnswer
+    from .models import FailoverPolicy, Provider
     from .selectors import policy_get
 
     policy_row = policy_get()
@@ -190,10 +190,22 @@ def build_snapshot(version: int) -> Snapshot:
         )
         for row in Budget.objects.filter(enabled=True).select_related("provider")
     )
-    faq = FaqIndex(
+    return Snapshot(
+        version=version,
+        providers=providers,
+        policy=policy,
+        budgets=budgets,
+        faq=faq_index_build(),
+    )
+
+
+def faq_index_build() -> FaqIndex:
+    """The static tier's index over the enabled answers as they are in the database now."""
+    from .models import StaticAnswer
+
+    return FaqIndex(
         tuple(
             FaqEntry(answer_id=row.pk, answer=row.answer, phrasings=tuple(row.phrasings))
             for row in StaticAnswer.objects.filter(enabled=True).order_by("pk")
         )
     )
-    return Snapshot(version=version, providers=providers, policy=policy, budgets=budgets, faq=faq)

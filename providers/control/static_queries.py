@@ -12,9 +12,10 @@ from django.db.models.expressions import OrderBy
 
 from billing.models import CallRecord, Tier
 
-from ..faq import FaqEntry, FaqIndex, FaqMatch
+from ..faq import FaqMatch
 from ..models import StaticAnswer
 from ..selectors import policy_get
+from ..snapshot import faq_index_build
 
 # The list's sort orders by name; the question breaks ties so the order is stable.
 SORTS: dict[str, tuple[str | OrderBy, ...]] = {
@@ -37,18 +38,6 @@ def static_answer_list(*, search: str = "", sort: str = DEFAULT_SORT) -> QuerySe
     return answers.order_by(*SORTS.get(sort, SORTS[DEFAULT_SORT]))
 
 
-def faq_index_from_db() -> FaqIndex:
-    """The index the router would build from the enabled answers now (as the snapshot builds
-    it), so an edit shows here before any serving process has swapped its snapshot."""
-    rows = StaticAnswer.objects.filter(enabled=True).order_by("pk")
-    return FaqIndex(
-        tuple(
-            FaqEntry(answer_id=row.pk, answer=row.answer, phrasings=tuple(row.phrasings))
-            for row in rows
-        )
-    )
-
-
 @dataclass(frozen=True, slots=True)
 class Trial:
     """What the static tier does with one question: the answer it sends (`match`), or the
@@ -63,7 +52,8 @@ class Trial:
 
 def static_trial(*, question: str) -> Trial:
     policy = policy_get()
-    index = faq_index_from_db()
+    # Built from the database, not a serving process's snapshot: an edit shows at once.
+    index = faq_index_build()
     threshold = policy.static_match_threshold
     match = index.match(question, threshold=threshold)
     # The same matcher with no cut-off names the candidate that came closest.
