@@ -149,6 +149,12 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TIMEZONE = "UTC"
+# Who runs the background jobs (the sentinel, the keepalive, alert delivery, the watchdog):
+# "celery" (a worker with beat on CELERY_BROKER_URL) or "inprocess" (asyncio tasks and a few
+# threads inside each serving process). Default: celery when there is a broker.
+BACKGROUND_JOBS = env.str("BACKGROUND_JOBS", default="celery" if CELERY_BROKER_URL else "inprocess")
+if BACKGROUND_JOBS not in ("celery", "inprocess"):
+    raise ImproperlyConfigured("BACKGROUND_JOBS must be celery or inprocess.")
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -207,3 +213,19 @@ LOGGING = {
         "httpx": {"handlers": ["console"], "level": "WARNING", "propagate": False},
     },
 }
+
+# Alert e-mail: how the e-mail alert channel's messages go out. EMAIL_URL, read by
+# django-environ: smtp+tls://user:password@smtp.example.com:587 (STARTTLS),
+# smtp+ssl://user:password@smtp.example.com:465 (TLS from the start), or consolemail:// (the
+# default: written to the log, nothing sent).
+_email = env.email_url("EMAIL_URL", default="consolemail://")
+EMAIL_BACKEND = _email["EMAIL_BACKEND"]
+EMAIL_HOST = _email.get("EMAIL_HOST") or "localhost"
+EMAIL_USE_TLS = bool(_email.get("EMAIL_USE_TLS"))
+EMAIL_USE_SSL = bool(_email.get("EMAIL_USE_SSL"))
+EMAIL_PORT = _email.get("EMAIL_PORT") or (465 if EMAIL_USE_SSL else 587 if EMAIL_USE_TLS else 25)
+EMAIL_HOST_USER = _email.get("EMAIL_HOST_USER") or ""
+EMAIL_HOST_PASSWORD = _email.get("EMAIL_HOST_PASSWORD") or ""
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="failover-gateway@localhost")
+# A mail server that stalls must not hold an alert delivery for long.
+EMAIL_TIMEOUT = 10

@@ -1,0 +1,199 @@
+"""The one contract every alert channel keeps, and the one HTTP call site the HTTP channels share.
+
+`send(event)` returns when the channel took the event and raises `TransportError` when it
+didn't: `permanent=True` when sending again cannot help (a revoked token, a chat that is gone, a
+refused recipient), so delivery disables the channel instead of retrying; otherwise the error is
+transient and delivery retries a bounded number of times, waiting `retry_after` when the other
+side asked for it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import httpx
+from django.core.exceptions import ValidationError
+
+from providers.models import http_url_validator
+
+if TYPE_CHECKING:
+    from alerts.models import AlertEvent
+
+# Per send: an alert is small, and a channel that takes longer is treated as down. Delivery
+# runs in the background, but a hanging channel must still not hold the worker for long.
+TIMEOUT = httpx.Timeout(5.0, connect=3.0)
+
+ENV_VAR_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
+# Telegram caps a message at 4096 characters; the other channels take more, but an alert that
+# long is a bug, and a short one reads better on a phone.
+MAX_TEXT = 4000
+
+
+class TransportError(Exception):
+    """A channel could not take an event. `permanent`: sending again won't help."""
+
+    def __init__(
+        self, message: str, *, permanent: bool = False, retry_after: float | None = None
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.permanent = permanent
+        self.retry_after = retry_after
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class Channel(ABC):
+    """One alert channel, built from an `AlertChannel` row's kind and config."""
+
+    kind: ClassVar[str]
+    label: ClassVar[str]
+    # Shown under the config field in the admin: the keys this kind takes.
+    config_help: ClassVar[str]
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        try:
+            self.config = self.clean_config(config)
+        except ValidationError as exc:
+            raise TransportError(
+                "The channel's configuration is invalid: " + " ".join(exc.messages),
+                permanent=True,
+            ) from exc
+
+    @classmethod
+    @abstractmethod
+    def clean_config(cls, config: Any) -> dict[str, Any]:
+        """The config with its defaults filled in; `ValidationError` listing every problem."""
+
+    @abstractmethod
+    def send(self, event: AlertEvent) -> None:
+        """Hand the event over; raises `TransportError` when the channel didn't take it."""
+
+
+class ConfigErrors:
+    """Collects a config's problems, one message per key, for one `ValidationError`."""
+
+    def __init__(self, config: Any, *, allowed: tuple[str, ...]) -> None:
+        self.messages: list[str] = []
+        if not isinstance(config, dict):
+            example = ", ".join(f'"{key}": …' for key in allowed)
+            raise ValidationError(f"The config must be a JSON object, e.g. {{{example}}}.")
+        self.config: dict[str, Any] = config
+        unknown = sorted(set(config) - set(allowed))
+        if unknown:
+            self.messages.append(
+                f"Unknown key(s): {', '.join(unknown)} (this kind takes {', '.join(allowed)})."
+            )
+
+    def add(self, key: str, message: str) -> None:
+        self.messages.append(f"{key}: {message}")
+
+    def string(self, key: str, *, required: bool, default: str = "") -> str:
+        value = self.config.get(key, default)
+        if value is None:
+            value = default
+        if not isinstance(value, str):
+            self.add(key, "must be a string.")
+            return default
+        value = value.strip()
+        if required and not value:
+            self.add(key, "is required.")
+        return value
+
+    def env_var(self, key: str, *, required: bool, example: str, holds: str) -> str:
+        value = self.string(key, required=required)
+        if value and not ENV_VAR_NAME.fullmatch(value):
+            self.add(
+                key,
+                f"enter the name of the environment variable holding {holds} (capitals, digits "
+                f"and underscores, e.g. {example}), not {holds} itself: secrets never enter the "
+                "database.",
+            )
+        return value
+
+    def http_url(self, key: str, *, required: bool, default: str = "") -> str:
+        value = self.string(key, required=required, default=default)
+        if value:
+            try:
+                http_url_validator(value)
+            except ValidationError:
+                self.add(key, f"enter an http:// or https:// URL (not {value!r}).")
+        return value
+
+    def raise_if_any(self) -> None:
+        if self.messages:
+            raise ValidationError(self.messages)
+
+
+def env_secret(name: str, what: str) -> str:
+    """The value of the environment variable `name`; a permanent error when it isn't set, since
+    no retry sets it (the operator fixes the environment, then re-enables the channel)."""
+    value = os.environ.get(name, "").strip()
+    if not value:
+        raise TransportError(
+            f"{name} (the {what}) is not set in this process's environment.", permanent=True
+        )
+    return value
+
+
+def event_text(event: AlertEvent) -> str:
+    """The plain-text alert: severity and title on the first line, the message below."""
+    text = f"[{event.severity.upper()}] {event.title}"
+    if event.message:
+        text += f"\n\n{event.message}"
+    if len(text) > MAX_TEXT:
+        text = text[: MAX_TEXT - 1] + "…"
+    return text
+
+
+def retry_after_header(response: httpx.Response) -> float | None:
+    """Retry-After in seconds (the HTTP-date form is rare from these services and ignored)."""
+    value = response.headers.get("retry-after", "").strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return seconds if seconds >= 0 else None
+
+
+class HttpChannel(Channel):
+    """A channel that POSTs over HTTP: the one call site, its timeout and its network errors."""
+
+    def secrets(self) -> tuple[str, ...]:
+        """Values that must never reach an error message (a token inside a URL)."""
+        return ()
+
+    def redact(self, text: str) -> str:
+        for secret in self.secrets():
+            if secret:
+                text = text.replace(secret, "***")
+        return text
+
+    def post(
+        self,
+        url: str,
+        *,
+        content: bytes | None = None,
+        json: Any = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> httpx.Response:
+        """POST once; a network failure or timeout is a transient `TransportError`."""
+        try:
+            with httpx.Client(timeout=TIMEOUT, follow_redirects=False) as client:
+                return client.post(url, content=content, json=json, headers=headers)
+        except httpx.TimeoutException as exc:
+            raise TransportError(
+                f"{self.label} did not answer in time ({type(exc).__name__})."
+            ) from exc
+        except httpx.HTTPError as exc:
+            detail = self.redact(str(exc)) or type(exc).__name__
+            raise TransportError(f"Could not reach {self.label}: {detail}") from exc
+
+    def body_excerpt(self, response: httpx.Response, limit: int = 200) -> str:
+        text = self.redact(response.text.strip())
+        return text if len(text) <= limit else text[: limit - 1] + "…"

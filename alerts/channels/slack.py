@@ -1,0 +1,75 @@
+"""Slack: an incoming webhook, {"text": …}.
+
+config: {"webhook_url_env": "SLACK_WEBHOOK_URL"}; the URL is itself the credential, so it stays
+in the environment like a token.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from django.core.exceptions import ValidationError
+
+from providers.models import http_url_validator
+
+from .base import (
+    ConfigErrors,
+    HttpChannel,
+    TransportError,
+    env_secret,
+    event_text,
+    retry_after_header,
+)
+
+if TYPE_CHECKING:
+    from alerts.models import AlertEvent
+
+
+def slack_escape(text: str) -> str:
+    """Slack reads &, < and > as markup (links, mentions): these three, and only these, are
+    escaped, so "p95 > 5 s" arrives as written."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+class SlackChannel(HttpChannel):
+    kind = "slack"
+    label = "Slack"
+    config_help = (
+        'Slack: {"webhook_url_env": "SLACK_WEBHOOK_URL"}, the name of the environment variable '
+        "holding the incoming webhook's URL (the URL is a secret: it never enters the database)."
+    )
+
+    @classmethod
+    def clean_config(cls, config: Any) -> dict[str, Any]:
+        errors = ConfigErrors(config, allowed=("webhook_url_env",))
+        name = errors.env_var(
+            "webhook_url_env",
+            required=True,
+            example="SLACK_WEBHOOK_URL",
+            holds="the webhook URL",
+        )
+        errors.raise_if_any()
+        return {"webhook_url_env": name}
+
+    def secrets(self) -> tuple[str, ...]:
+        return (os.environ.get(self.config["webhook_url_env"], "").strip(),)
+
+    def send(self, event: AlertEvent) -> None:
+        name = self.config["webhook_url_env"]
+        url = env_secret(name, "Slack webhook URL")
+        try:
+            http_url_validator(url)
+        except ValidationError as exc:
+            raise TransportError(f"{name} does not hold an http(s) URL.", permanent=True) from exc
+        response = self.post(url, json={"text": slack_escape(event_text(event))})
+        if response.is_success:
+            return
+        status = response.status_code
+        # Slack answers 403 invalid_token, 404 no_service, 410 channel_is_archived: the webhook
+        # is gone for good. 429 and 5xx pass.
+        raise TransportError(
+            f"Slack answered {status}: {self.body_excerpt(response) or response.reason_phrase}",
+            permanent=400 <= status < 500 and status != 429,
+            retry_after=retry_after_header(response),
+        )

@@ -1,0 +1,283 @@
+"""Which events become alerts, and when: the flap window, the cooldown, the recovery.
+
+- A provider's breaker opening starts an incident (`providers.incidents`). The failover alert
+  waits out the policy's flap window: a switch that came back within it raises nothing (the
+  event is kept, suppressed "flap").
+- One alert per event key per cooldown (600 s): ten failovers in five minutes are one message;
+  the other nine are kept, suppressed "cooldown".
+- An incident that was alerted gets a recovery alert when it ends, with its length and what the
+  cloud cost while it lasted.
+- Static tier active, credentials rejected, budgets at 50 / 85 / 100 %, cloud share above
+  target and the sentinel stopped are raised where they are seen.
+
+Every event is kept with its outcome. Raising never blocks a request: callers are background
+jobs, or hand over with `note_*` from the request path.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Count, Q, Sum
+from django.utils import timezone
+
+from providers.models import FailoverPolicy, Incident, Provider
+from providers.selectors import policy_get
+
+from .models import AlertEvent
+
+logger = logging.getLogger(__name__)
+
+SENT = ("pending", "delivered", "partly_delivered", "failed", "no_channel")
+# Cloud share is judged on a day with at least this many requests.
+CLOUD_SHARE_MIN_REQUESTS = 20
+_raising = threading.Lock()  # SQLite (the embedded mode) has no row locks to serialize on
+
+
+def alert_raise(
+    *,
+    kind: str,
+    severity: str,
+    key: str,
+    title: str,
+    message: str,
+    data: dict[str, Any] | None = None,
+    once: bool = False,
+    local: bool = False,
+) -> AlertEvent:
+    """Keep the event; deliver it unless one with the same key went out within the cooldown
+    (or ever, with `once`). Serialized across processes on the policy row's lock."""
+    from providers.scheduler import enqueue
+
+    with _raising, transaction.atomic():
+        policy = FailoverPolicy.objects.select_for_update().get(pk=policy_get().pk)
+        earlier = AlertEvent.objects.filter(key=key, status__in=SENT)
+        if not once:
+            since = timezone.now() - timedelta(seconds=policy.alert_cooldown_s)
+            earlier = earlier.filter(created_at__gte=since)
+        duplicate = earlier.exists()
+        event = AlertEvent.objects.create(
+            kind=kind,
+            severity=severity,
+            key=key,
+            title=title,
+            message=message,
+            data=data or {},
+            status="suppressed" if duplicate else "pending",
+            suppressed_reason=("already raised" if once else "cooldown") if duplicate else "",
+        )
+        if not duplicate:
+            transaction.on_commit(lambda: enqueue("deliver_alert", event.pk, local=local))
+    return event
+
+
+def alert_suppress(*, kind: str, severity: str, key: str, title: str, message: str,
+                   reason: str, data: dict[str, Any] | None = None) -> AlertEvent:  # fmt: skip
+    """Keep an event that raises no alert, with why."""
+    return AlertEvent.objects.create(
+        kind=kind,
+        severity=severity,
+        key=key,
+        title=title,
+        message=message,
+        data=data or {},
+        status="suppressed",
+        suppressed_reason=reason,
+    )
+
+
+def _next_provider(name: str) -> str:
+    later = Provider.objects.filter(enabled=True).exclude(name=name).order_by("priority", "name")
+    first = later.first()
+    return first.name if first is not None else ""
+
+
+def incident_opened(incident: Incident) -> None:
+    """Wait out the flap window, then judge (a scheduled one-off job)."""
+    from providers.scheduler import enqueue
+
+    enqueue("failover_check", incident.pk, countdown=policy_get().flap_window_s)
+
+
+def failover_check(incident_id: int) -> AlertEvent | None:
+    incident = Incident.objects.filter(pk=incident_id).first()
+    if incident is None:
+        return None
+    policy = policy_get()
+    key = f"failover:{incident.provider}"
+    title = f"Failover: {incident.provider} is out"
+    data = {"incident_id": incident.pk, "provider": incident.provider, "reason": incident.reason}
+    if incident.ended_at is not None and (incident.duration_s or 0) < policy.flap_window_s:
+        return alert_suppress(
+            kind="failover",
+            severity="warning",
+            key=key,
+            title=title,
+            message=f"{incident.provider} was back after {incident.duration_s:.0f} s.",
+            reason="flap",
+            data=data,
+        )
+    successor = _next_provider(incident.provider)
+    where = f"Traffic moves to {successor}." if successor else "No provider is left."
+    return alert_raise(
+        kind="failover",
+        severity="warning" if successor else "critical",
+        key=key,
+        title=title,
+        message=(
+            f"{incident.provider}'s circuit breaker opened at "
+            f"{incident.started_at:%Y-%m-%d %H:%M:%S %Z} ({incident.reason or 'failures'}). "
+            f"{where}"
+        ),
+        data=data,
+    )
+
+
+def cloud_spend_between(started: Any, ended: Any) -> Decimal:
+    from billing.models import CallRecord
+
+    cloud = Provider.objects.filter(is_local=False).values_list("name", flat=True)
+    total = CallRecord.objects.filter(
+        created_at__gte=started, created_at__lte=ended, final_provider__in=list(cloud)
+    ).aggregate(total=Sum("cost"))["total"]
+    return total or Decimal("0")
+
+
+def incident_closed(incident: Incident) -> AlertEvent | None:
+    """A recovery alert for an incident whose failover was alerted."""
+    alerted = AlertEvent.objects.filter(
+        kind="failover", data__incident_id=incident.pk, status__in=SENT
+    ).exists()
+    if not alerted or incident.ended_at is None:
+        return None
+    duration = incident.duration_s or 0
+    spend = cloud_spend_between(incident.started_at, incident.ended_at)
+    minutes, seconds = divmod(round(duration), 60)
+    return alert_raise(
+        kind="recovery",
+        severity="info",
+        key=f"recovery:{incident.provider}:{incident.pk}",
+        title=f"Recovered: {incident.provider} is back",
+        message=(
+            f"{incident.provider} is serving again after {minutes} min {seconds} s. "
+            f"Cloud spend during the incident: {spend:.4f} USD."
+        ),
+        data={
+            "incident_id": incident.pk,
+            "provider": incident.provider,
+            "duration_s": round(duration, 1),
+            "cloud_spend": str(spend),
+        },
+    )
+
+
+def budget_crossed(budget_id: int, used_pct: float, period: str) -> AlertEvent | None:
+    from billing.models import Budget
+
+    budget = Budget.objects.filter(pk=budget_id).select_related("provider").first()
+    if budget is None:
+        return None
+    level = 100 if used_pct >= budget.hard_stop_pct else (
+        85 if used_pct >= budget.high_priority_only_pct else 50
+    )  # fmt: skip
+    if used_pct < budget.warn_pct and level == 50:
+        return None
+    what = {100: "spending stopped", 85: "only high-priority requests go to paid providers",
+            50: "half of it is used"}[level]  # fmt: skip
+    return alert_raise(
+        kind="budget",
+        severity="critical" if level == 100 else "warning",
+        key=f"budget:{budget.pk}:{level}:{period}",
+        title=f"Budget at {level} %: {budget}",
+        message=f"{budget} is at {used_pct:.0f} % for {period}: {what}.",
+        data={"budget_id": budget.pk, "used_pct": round(used_pct, 1), "level": level},
+        once=True,
+    )
+
+
+def cloud_share_check() -> AlertEvent | None:
+    from billing.models import CallRecord
+
+    policy = policy_get()
+    since = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
+    cloud = list(Provider.objects.filter(is_local=False).values_list("name", flat=True))
+    today = CallRecord.objects.filter(created_at__gte=since).aggregate(
+        total=Count("id"), cloud=Count("id", filter=Q(final_provider__in=cloud))
+    )
+    total = today["total"] or 0
+    if total < CLOUD_SHARE_MIN_REQUESTS:
+        return None
+    share = 100 * today["cloud"] / total
+    if share <= policy.cloud_share_target_pct:
+        return None
+    return alert_raise(
+        kind="cloud_share",
+        severity="warning",
+        key=f"cloud_share:{since:%Y-%m-%d}",
+        title=f"Cloud share {share:.1f} % (target {policy.cloud_share_target_pct:g} %)",
+        message=f"{today['cloud']} of today's {total} requests went to cloud providers.",
+        data={"share_pct": round(share, 1), "requests": total},
+    )
+
+
+def sentinel_down(since: str, allowed_s: float) -> AlertEvent:
+    return alert_raise(
+        kind="sentinel_down",
+        severity="critical",
+        key="sentinel_down",
+        title="The health sentinel has stopped",
+        message=(
+            f"No health check has run for over {allowed_s:.0f} s (last run: {since}). Are the "
+            "Celery worker and beat running?"
+        ),
+        local=True,  # the workers are what may have stopped: deliver from here
+    )
+
+
+def static_tier_active(reason: str) -> AlertEvent:
+    return alert_raise(
+        kind="static_tier",
+        severity="critical",
+        key="static_tier",
+        title="No provider is answering: static answers only",
+        message=f"Requests are answered from the static tier or the apology ({reason}).",
+        data={"reason": reason},
+    )
+
+
+def credentials_rejected(provider: str, detail: str) -> AlertEvent:
+    return alert_raise(
+        kind="credentials",
+        severity="critical",
+        key=f"credentials:{provider}",
+        title=f"Credentials rejected by {provider}",
+        message=f"{provider} refused our key: {detail[:300]}",
+        data={"provider": provider},
+    )
+
+
+class _Throttle:
+    """At most one hand-over per key per `every_s` from this process: a request path that sees
+    the same trouble a thousand times a second hands it over once."""
+
+    def __init__(self, every_s: float) -> None:
+        self.every_s = every_s
+        self._last: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def allow(self, key: str) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last.get(key, -self.every_s) < self.every_s:
+                return False
+            self._last[key] = now
+            return True
+
+
+request_throttle = _Throttle(every_s=10.0)

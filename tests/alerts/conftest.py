@@ -1,0 +1,68 @@
+"""Alert fixtures: a fake Telegram / Slack / webhook receiver over loopback, a recorded
+`sleep`, and a guard that fails any test whose channel would reach past loopback."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from alerts.fake_receiver import FakeReceiver
+
+from .builders import (
+    SLACK_URL_ENV,
+    TELEGRAM_TOKEN,
+    TELEGRAM_TOKEN_ENV,
+    WEBHOOK_SECRET,
+    WEBHOOK_SECRET_ENV,
+)
+
+
+@pytest.fixture(autouse=True)
+def _loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing in these tests may reach the internet (api.telegram.org is the default base)."""
+    real = httpx.HTTPTransport.handle_request
+
+    def handle_request(self: httpx.HTTPTransport, request: httpx.Request) -> httpx.Response:
+        assert request.url.host in ("127.0.0.1", "localhost"), f"not loopback: {request.url}"
+        return real(self, request)
+
+    monkeypatch.setattr(httpx.HTTPTransport, "handle_request", handle_request)
+
+
+@pytest.fixture(autouse=True)
+def _fast_passwords(settings) -> None:
+    # The admin tests log in a superuser each: the real hasher would be most of their time.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def receiver() -> Iterator[FakeReceiver]:
+    with FakeReceiver() as fake:
+        yield fake
+
+
+@pytest.fixture
+def other_receiver() -> Iterator[FakeReceiver]:
+    with FakeReceiver() as fake:
+        yield fake
+
+
+@pytest.fixture
+def secrets_env(monkeypatch: pytest.MonkeyPatch, receiver: FakeReceiver) -> None:
+    monkeypatch.setenv(TELEGRAM_TOKEN_ENV, TELEGRAM_TOKEN)
+    monkeypatch.setenv(SLACK_URL_ENV, f"{receiver.url}/slack/T000/B000/XXXX")
+    monkeypatch.setenv(WEBHOOK_SECRET_ENV, WEBHOOK_SECRET)
+
+
+class Sleeps(list[float]):
+    """Stands in for time.sleep: records each wait instead of waiting."""
+
+    def __call__(self, seconds: float) -> None:
+        self.append(seconds)
+
+
+@pytest.fixture
+def sleeps() -> Sleeps:
+    return Sleeps()
