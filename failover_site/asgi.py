@@ -3,7 +3,8 @@
 Two Django handlers share the process (`handlers.py`). The frontends' API paths go to a lean
 handler that keeps every request on the event loop; everything else (the admin, the probes)
 gets the full stack with its middleware. Both refuse an oversize body as it arrives. The
-lifespan protocol flushes the call ledger and closes the provider connections on shutdown.
+lifespan protocol starts the process's background jobs, and on shutdown stops them, flushes the
+call ledger and closes the provider connections.
 """
 
 from __future__ import annotations
@@ -48,7 +49,9 @@ async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
 
 async def _lifespan(receive: Any, send: Any) -> None:
     from providers.gateway import get_gateway
+    from providers.scheduler import InProcessScheduler, serving_process_jobs
 
+    scheduler = InProcessScheduler(get_gateway(), serving_process_jobs())
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":
@@ -56,9 +59,13 @@ async def _lifespan(receive: Any, send: Any) -> None:
             # process: keep it out of the collector's full passes, which otherwise walk it
             # every few thousand requests and stall them all for tens of milliseconds.
             gc.freeze()
+            # The background jobs this process runs itself: all of them in the embedded mode,
+            # only the watch on the workers' sentinel with Celery.
+            scheduler.start()
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
             try:
+                await scheduler.stop()
                 await get_gateway().aclose()
                 logger.info("shut down: ledger flushed, provider connections closed")
             finally:

@@ -74,6 +74,9 @@ class FailoverPolicyAdmin(AuditedModelAdmin):
                     ("sentinel_interval_s", "sentinel_check_timeout_s"),
                     ("sentinel_window", "sentinel_degraded_after"),
                     "sentinel_down_after_s",
+                    "sentinel_paid_probe",
+                    # The keepalive's pings count as the secondary's health checks.
+                    ("keepalive_enabled", "keepalive_interval_s"),
                 )
             },
         ),

@@ -20,6 +20,7 @@ from django.http import HttpRequest, HttpResponseBase, JsonResponse
 from django.utils import timezone
 
 from .adapters.base import CompletionRequest
+from .background import run_db, spawn
 from .gateway import Gateway, get_gateway
 from .incidents import note_events
 from .router import RouteRequest, RouteResult, route
@@ -179,6 +180,31 @@ def failover_headers(result: RouteResult, request_id: str) -> dict[str, str]:
     return headers
 
 
+def note_trouble(result: RouteResult) -> None:
+    """Hand what an operator must hear about to the alerts, off the request's path and at most
+    once per key every few seconds from this process."""
+    if result.tier == "primary" and len(result.attempts) == 1:
+        return  # the steady state: nothing to look at
+    from alerts.raising import credentials_rejected, request_throttle, static_tier_active
+
+    if (
+        result.tier in ("static", "degraded")
+        and not result.reason.startswith("kill_switch")
+        and request_throttle.allow("static_tier")
+    ):
+        spawn(_raise(static_tier_active, result.reason))
+    for attempt in result.attempts:
+        if attempt.error_class == "auth" and request_throttle.allow(f"auth:{attempt.provider}"):
+            spawn(_raise(credentials_rejected, attempt.provider, attempt.detail))
+
+
+async def _raise(raiser: Callable[..., Any], *args: Any) -> None:
+    try:
+        await run_db(raiser, *args)
+    except Exception:
+        logger.exception("an alert could not be raised")
+
+
 def record_call(
     gateway: Gateway, routed: RouteRequest, result: RouteResult, latency_ms: int
 ) -> None:
@@ -186,6 +212,7 @@ def record_call(
     buffered; written off the request's path)."""
     if result.events:
         note_events(result.events)
+    note_trouble(result)
     prompt = routed.completion.prompt
     gateway.ledger.add(
         {

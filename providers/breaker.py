@@ -58,6 +58,9 @@ class BreakerState:
     probes_admitted: int = 0
     probes_succeeded: int = 0
     reason: str = ""  # why it last opened
+    # The sentinel's verdict (health.Health), filled in by `StateStore.read` from a key of its
+    # own in the same round trip; breaker writes never carry it.
+    health: str = "unknown"
 
     def seconds_to_half_open(self, now: float) -> float:
         return max(0.0, self.open_until - now) if self.state == State.OPEN else 0.0

@@ -1,7 +1,8 @@
 """Incidents from breaker events: a provider's breaker opening starts one, closing ends it.
 
 The router hands its events here after a request; they are written in the background, never on
-the request's path.
+the request's path, and turned into alerts there (`alerts.raising`: flap window, cooldown,
+recovery).
 """
 
 from __future__ import annotations
@@ -17,7 +18,10 @@ from .models import Incident
 logger = logging.getLogger(__name__)
 
 
-def incidents_record(events: Iterable[BreakerEvent]) -> None:
+def incidents_record(events: Iterable[BreakerEvent]) -> tuple[list[Incident], list[Incident]]:
+    """Apply breaker events to the incidents: returns those it opened and those it closed."""
+    opened: list[Incident] = []
+    closed: list[Incident] = []
     for event in events:
         at = datetime.fromtimestamp(event.at, UTC)
         open_incident = (
@@ -27,18 +31,34 @@ def incidents_record(events: Iterable[BreakerEvent]) -> None:
         )
         if event.kind == EventKind.OPENED:
             if open_incident is None:
-                Incident.objects.create(provider=event.provider, started_at=at, reason=event.reason)
+                opened.append(
+                    Incident.objects.create(
+                        provider=event.provider, started_at=at, reason=event.reason
+                    )
+                )
             else:  # opened again after a failed half-open round: the same incident
                 open_incident.reopened += 1
                 open_incident.save(update_fields=["reopened"])
         elif event.kind == EventKind.CLOSED and open_incident is not None:
             open_incident.ended_at = max(at, open_incident.started_at)
             open_incident.save(update_fields=["ended_at"])
+            closed.append(open_incident)
+    return opened, closed
+
+
+def incidents_and_alerts(events: list[BreakerEvent]) -> None:
+    from alerts.raising import incident_closed, incident_opened
+
+    opened, closed = incidents_record(events)
+    for incident in opened:
+        incident_opened(incident)
+    for incident in closed:
+        incident_closed(incident)
 
 
 async def _write(events: list[BreakerEvent]) -> None:
     try:
-        await run_db(incidents_record, events)
+        await run_db(incidents_and_alerts, events)
     except Exception:
         logger.exception("incidents could not be recorded")
 

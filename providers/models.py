@@ -253,6 +253,25 @@ class FailoverPolicy(models.Model):
             MaxValueValidator(60, "The check timeout must be at most 60 s."),
         ],
     )
+    sentinel_paid_probe = models.BooleanField(
+        "one-token probe on paid providers too",
+        default=False,
+        help_text="Self-hosted providers always get a one-token inference check; with this on, "
+        "cloud providers get one too (it costs a token per check).",
+    )
+
+    # Warm keepalive
+    keepalive_enabled = models.BooleanField(
+        "keep the secondary warm",
+        default=False,
+        help_text="While the primary is healthy and the secondary carries no traffic, send the "
+        "secondary a one-token request now and then, so it answers fast when it is needed.",
+    )
+    keepalive_interval_s = models.PositiveIntegerField(
+        "keepalive interval (s)",
+        default=180,
+        validators=_at_least(30, "The keepalive interval"),
+    )
 
     # Requests
     request_deadline_s = models.FloatField(

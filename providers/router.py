@@ -30,6 +30,7 @@ from .adapters.errors import ERROR_TABLE, ErrorClass, ErrorRule, ProviderError
 from .breaker import Admission, BreakerEvent, BreakerState
 from .cache import CachedAnswer, answer_key, cache_read, cache_write
 from .gateway import Gateway
+from .health import health_skip
 from .snapshot import BudgetConfig, PolicyConfig, ProviderConfig, Snapshot
 from .state import Sample, SpendIncrement, Windows, spend_key
 
@@ -424,6 +425,9 @@ async def _admit(walk: _Walk, provider: ProviderConfig) -> _Ticket | _AttemptRes
     now = gateway.clock.wall()
     keys = {b.id: spend_key(b.id, b.period, now) for b in budgets}
     state, spent = await store.read(name, [key for key, _ in keys.values()])
+    unhealthy = _health_gate(walk, state)
+    if unhealthy:
+        return _AttemptResult(Attempt(name, "skipped", unhealthy))
 
     decision = breaker.admit(name, state, policy, now)
     if decision.transition is not None:
@@ -457,6 +461,16 @@ async def _admit(walk: _Walk, provider: ProviderConfig) -> _Ticket | _AttemptRes
         )
         return _AttemptResult(Attempt(name, "skipped", "probe_rejected"))
     return _Ticket(provider, state, was_probe, budgets, keys, gateway.clock.mono())
+
+
+def _health_gate(walk: _Walk, state: BreakerState) -> str:
+    """The sentinel's say (read with the breaker): down → skipped, degraded → skipped by high
+    priority. An operator's word outranks it: a breaker forced closed, or the kill switch
+    forcing this provider, takes calls whatever the checks say (and a disabled breaker is the
+    breaker's to reject)."""
+    if state.mode != breaker.Mode.AUTO or walk.policy.kill_switch == "force_provider":
+        return ""
+    return health_skip(state.health, walk.request.priority)
 
 
 class _Cancelled(Exception):

@@ -69,6 +69,15 @@ class PolicyConfig:
     first_token_timeout_s: float = 10.0
     strategy: str = "priority"  # priority / hedged / weighted
     hedge_after_ms: int = 2000
+    # The health sentinel (DESIGN.md, "Breaker") and the warm keepalive.
+    sentinel_interval_s: int = 30
+    sentinel_window: int = 5
+    sentinel_degraded_after: int = 3
+    sentinel_down_after_s: int = 300
+    sentinel_check_timeout_s: float = 5.0
+    sentinel_paid_probe: bool = False
+    keepalive_enabled: bool = False
+    keepalive_interval_s: int = 180
 
     @property
     def bucket_s(self) -> int:
@@ -157,6 +166,14 @@ def build_snapshot(version: int) -> Snapshot:
         strategy=policy_row.strategy,
         hedge_after_ms=policy_row.hedge_after_ms,
         cloud_share_target_pct=policy_row.cloud_share_target_pct,
+        sentinel_interval_s=policy_row.sentinel_interval_s,
+        sentinel_window=policy_row.sentinel_window,
+        sentinel_degraded_after=policy_row.sentinel_degraded_after,
+        sentinel_down_after_s=policy_row.sentinel_down_after_s,
+        sentinel_check_timeout_s=policy_row.sentinel_check_timeout_s,
+        sentinel_paid_probe=policy_row.sentinel_paid_probe,
+        keepalive_enabled=policy_row.keepalive_enabled,
+        keepalive_interval_s=policy_row.keepalive_interval_s,
     )
     providers = tuple(
         ProviderConfig(

@@ -1,5 +1,5 @@
-"""Shared state: breakers, call statistics, budget counters, cached answers and the config
-version.
+"""Shared state: breakers, call statistics, budget counters, cached answers, the config
+version, the sentinel's health verdicts and the background jobs' locks.
 
 `MemoryStore` keeps them in this process (the embedded mode); `RedisStore` (in `state_redis`)
 keeps them in Redis with atomic scripts, so several serving processes behave as one. Both answer
@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .breaker import BreakerState, Mode, State, WindowStats
+from .health import Health, HealthState, next_health
 
 # Upper bounds (ms) of the latency histogram kept per statistics bucket, for the status page's
 # p95. The breaker itself never needs it: it counts calls over its limits exactly.
@@ -156,6 +157,41 @@ class StateStore(ABC):
         A store may forget an entry sooner (memory: its size limits; Redis: its maxmemory)."""
 
     @abstractmethod
+    async def health_record(
+        self,
+        name: str,
+        ok: bool,
+        *,
+        now: float,
+        window: int,
+        degraded_after: int,
+        down_after_s: float,
+        detail: str = "",
+        ttl_s: float | None = None,
+    ) -> HealthState:
+        """Add one check's result to the provider's window of the last `window` and apply
+        `health.next_health` atomically; returns the verdict. Kept apart from the breaker
+        (whose writes never touch it) and read with it by `read`. With `ttl_s`, the verdict
+        lapses to unknown when no result follows within that long."""
+
+    @abstractmethod
+    async def health_read(self, names: Iterable[str]) -> dict[str, HealthState]:
+        """The verdict of each named provider (unknown for one never checked)."""
+
+    @abstractmethod
+    async def try_lock(self, key: str, ttl_s: float) -> bool:
+        """Take the lock `key` for `ttl_s` seconds if nobody holds it: True for the one caller
+        that got it. Never released early: it marks a job's turn for that long."""
+
+    @abstractmethod
+    async def sentinel_mark_run(self, at: float) -> None:
+        """Note that the sentinel ran at `at` (wall time)."""
+
+    @abstractmethod
+    async def sentinel_last_run(self) -> float | None:
+        """When the sentinel last ran, in any process; None if never (the watchdog's)."""
+
+    @abstractmethod
     async def config_version(self) -> int: ...
 
     @abstractmethod
@@ -235,7 +271,8 @@ class MemoryStore(StateStore):
         cache_max_bytes: int = 64 * 2**20,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """`clock` times the answer cache's expiry only; the breaker's time is the `now` given."""
+        """`clock` times expiries (cached answers, health verdicts, locks); the breaker's and
+        the health window's time is the `now` given."""
         self._states: dict[str, BreakerState] = {}
         self._counters: dict[str, _ProviderCounters] = {}
         # A few keys per budget and period; they stay for the process's life, like the ledger.
@@ -245,12 +282,20 @@ class MemoryStore(StateStore):
         self._cache = AnswerCache(
             max_entries=cache_max_entries, max_bytes=cache_max_bytes, clock=clock
         )
+        self._clock = clock
+        # name -> (verdict, when it lapses on `clock`, or None)
+        self._health: dict[str, tuple[HealthState, float | None]] = {}
+        self._locks: dict[str, float] = {}  # key -> held until, on `clock`
+        self._lock_lock = threading.Lock()
+        self._sentinel_last_run: float | None = None
 
     async def read(
         self, name: str, spend_keys: Iterable[str] = ()
     ) -> tuple[BreakerState, dict[str, float]]:
         spent = {key: self._spend.get(key, 0.0) for key in spend_keys}
-        return self._states.get(name, BreakerState()), spent
+        state = self._states.get(name, BreakerState())
+        health = self._health_of(name).status
+        return (replace(state, health=health) if health != state.health else state), spent
 
     async def record(
         self,
@@ -321,7 +366,7 @@ class MemoryStore(StateStore):
         current = self._states.get(name, BreakerState())
         if current.version != expected_version:
             return False
-        self._states[name] = replace(new, version=expected_version + 1)
+        self._states[name] = replace(new, version=expected_version + 1, health=Health.UNKNOWN)
         return True
 
     async def acquire_probe(
@@ -380,6 +425,57 @@ class MemoryStore(StateStore):
 
     async def cache_put(self, key: str, value: str, ttl_s: int) -> None:
         self._cache.put(key, value, ttl_s)
+
+    def _health_of(self, name: str) -> HealthState:
+        entry = self._health.get(name)
+        if entry is None:
+            return HealthState()
+        state, lapses_at = entry
+        if lapses_at is not None and self._clock() >= lapses_at:
+            del self._health[name]
+            return HealthState()
+        return state
+
+    async def health_record(
+        self,
+        name: str,
+        ok: bool,
+        *,
+        now: float,
+        window: int,
+        degraded_after: int,
+        down_after_s: float,
+        detail: str = "",
+        ttl_s: float | None = None,
+    ) -> HealthState:
+        state = next_health(
+            self._health_of(name),
+            ok,
+            now=now,
+            window=window,
+            degraded_after=degraded_after,
+            down_after_s=down_after_s,
+            detail=detail,
+        )
+        self._health[name] = (state, None if ttl_s is None else self._clock() + ttl_s)
+        return state
+
+    async def health_read(self, names: Iterable[str]) -> dict[str, HealthState]:
+        return {name: self._health_of(name) for name in names}
+
+    async def try_lock(self, key: str, ttl_s: float) -> bool:
+        with self._lock_lock:  # one store serves every event loop of the process
+            now = self._clock()
+            if self._locks.get(key, 0.0) > now:
+                return False
+            self._locks[key] = now + ttl_s
+            return True
+
+    async def sentinel_mark_run(self, at: float) -> None:
+        self._sentinel_last_run = at
+
+    async def sentinel_last_run(self) -> float | None:
+        return self._sentinel_last_run
 
     async def config_version(self) -> int:
         return self._version

@@ -22,6 +22,7 @@ import redis
 import redis.asyncio as aioredis
 
 from .breaker import BreakerState, Mode, State, WindowStats
+from .health import Health, HealthState
 from .state import (
     BIN_COUNT,
     CacheWrite,
@@ -40,6 +41,7 @@ logger = logging.getLogger(__name__)
 # A request must not wait long on bookkeeping: past this, Redis counts as down for the request.
 SOCKET_TIMEOUT_S = 0.5
 VERSION_KEY = "fo:config:version"
+SENTINEL_LAST_RUN_KEY = "fo:sentinel:last_run"
 
 _RECORD = """
 local b, bk = KEYS[1], KEYS[2]
@@ -138,6 +140,44 @@ end
 return 1
 """
 
+# `health.next_health` in Lua (change both): the window is a string of 1s and 0s, newest last;
+# `since` is kept as the caller's own text, so a float never goes through Lua's formatting.
+_HEALTH_RECORD = """
+local cur = redis.call('HMGET', KEYS[1], 'status', 'since', 'window')
+local status, since = cur[1] or 'unknown', cur[2] or '0'
+local n = tonumber(ARGV[3])
+local win = (cur[3] or '') .. ARGV[1]
+if #win > n then win = string.sub(win, #win - n + 1) end
+local bad = 0
+for i = 1, #win do
+  if string.sub(win, i, i) == '0' then bad = bad + 1 end
+end
+local clean = #win >= n and bad == 0
+local new = status
+if status == 'degraded' then
+  if clean then
+    new = 'healthy'
+  elseif tonumber(ARGV[2]) - tonumber(since) >= tonumber(ARGV[5]) then
+    new = 'down'
+  end
+elseif status == 'down' then
+  if clean then new = 'healthy' end
+elseif bad >= tonumber(ARGV[4]) then
+  new = 'degraded'
+else
+  new = 'healthy'
+end
+if new ~= status then since = ARGV[2] end
+redis.call('HSET', KEYS[1], 'status', new, 'since', since, 'window', win,
+           'detail', ARGV[6], 'checked_at', ARGV[2])
+if tonumber(ARGV[7]) > 0 then
+  redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[7]))
+else
+  redis.call('PERSIST', KEYS[1])
+end
+return {'status', new, 'since', since, 'window', win, 'detail', ARGV[6], 'checked_at', ARGV[2]}
+"""
+
 _INT_FIELDS = {"version", "consecutive_failures", "reopens", "probes_admitted", "probes_succeeded"}
 _FLOAT_FIELDS = {"opened_at", "open_until", "half_opened_at", "last_probe_at", "closed_at"}
 
@@ -148,6 +188,24 @@ def _breaker_key(name: str) -> str:
 
 def _bucket_prefix(name: str) -> str:
     return f"fo:{{{name}}}:b:"
+
+
+def _health_key(name: str) -> str:
+    return f"fo:{{{name}}}:health"
+
+
+def _health_from_hash(raw: dict[str, str] | list[str]) -> HealthState:
+    if isinstance(raw, list):  # a script answers a flat list
+        raw = dict(zip(raw[::2], raw[1::2], strict=True))
+    if not raw:
+        return HealthState()
+    return HealthState(
+        status=Health(raw.get("status", Health.UNKNOWN)),
+        since=float(raw.get("since") or 0),
+        window=tuple(c == "1" for c in raw.get("window", "")),
+        detail=raw.get("detail", ""),
+        checked_at=float(raw.get("checked_at") or 0),
+    )
 
 
 def _state_from_hash(raw: dict[str, str] | list[str]) -> BreakerState:
@@ -171,6 +229,8 @@ def _state_from_hash(raw: dict[str, str] | list[str]) -> BreakerState:
 def _state_to_pairs(state: BreakerState) -> list[str]:
     pairs: list[str] = []
     for f in fields(BreakerState):
+        if f.name == "health":  # the sentinel's, under a key of its own
+            continue
         value = getattr(state, f.name)
         pairs += [f.name, repr(value) if isinstance(value, float) else str(value)]
     return pairs
@@ -205,6 +265,7 @@ class RedisStore(StateStore):
                 client.register_script(_SET_MODE),
                 client.register_script(_SEED_SPEND),
                 client.register_script(_RELEASE_PROBE),
+                client.register_script(_HEALTH_RECORD),
             )
         return entry
 
@@ -222,11 +283,15 @@ class RedisStore(StateStore):
         keys = [f"fo:{key}" for key in spend_keys]
         async with client.pipeline(transaction=False) as pipe:
             pipe.hgetall(_breaker_key(name))
+            pipe.hget(_health_key(name), "status")
             if keys:
                 pipe.mget(keys)
             results = await pipe.execute()
-        spent = dict(zip(spend_keys, results[1], strict=True)) if keys else {}
-        return _state_from_hash(results[0]), {k: float(v or 0) for k, v in spent.items()}
+        spent = dict(zip(spend_keys, results[2], strict=True)) if keys else {}
+        state = _state_from_hash(results[0])
+        if results[1]:
+            state = replace(state, health=Health(results[1]))
+        return state, {k: float(v or 0) for k, v in spent.items()}
 
     async def record(
         self,
@@ -321,6 +386,52 @@ class RedisStore(StateStore):
     async def cache_put(self, key: str, value: str, ttl_s: int) -> None:
         if ttl_s >= 1:
             await self._client()[0].set(f"fo:{key}", value, ex=ttl_s)
+
+    async def health_record(
+        self,
+        name: str,
+        ok: bool,
+        *,
+        now: float,
+        window: int,
+        degraded_after: int,
+        down_after_s: float,
+        detail: str = "",
+        ttl_s: float | None = None,
+    ) -> HealthState:
+        args = [
+            int(ok),
+            repr(float(now)),
+            max(1, window),
+            degraded_after,
+            repr(float(down_after_s)),
+            detail,
+            0 if ttl_s is None else max(1, round(ttl_s * 1000)),
+        ]
+        raw = await self._client()[7](keys=[_health_key(name)], args=args)
+        return _health_from_hash(raw)
+
+    async def health_read(self, names: Iterable[str]) -> dict[str, HealthState]:
+        names = tuple(names)
+        client = self._client()[0]
+        async with client.pipeline(transaction=False) as pipe:
+            for name in names:
+                pipe.hgetall(_health_key(name))
+            raws = await pipe.execute()
+        return {name: _health_from_hash(raw) for name, raw in zip(names, raws, strict=True)}
+
+    async def try_lock(self, key: str, ttl_s: float) -> bool:
+        taken = await self._client()[0].set(
+            f"fo:lock:{key}", "1", nx=True, px=max(1, round(ttl_s * 1000))
+        )
+        return bool(taken)
+
+    async def sentinel_mark_run(self, at: float) -> None:
+        await self._client()[0].set(SENTINEL_LAST_RUN_KEY, repr(float(at)))
+
+    async def sentinel_last_run(self) -> float | None:
+        value = await self._client()[0].get(SENTINEL_LAST_RUN_KEY)
+        return None if value is None else float(value)
 
     async def config_version(self) -> int:
         return int(await self._client()[0].get(VERSION_KEY) or 0)
@@ -463,6 +574,46 @@ class ResilientStore(StateStore):
 
     async def cache_put(self, key: str, value: str, ttl_s: int) -> None:
         await self._call("cache_put", key, value, ttl_s)
+
+    async def health_record(
+        self,
+        name: str,
+        ok: bool,
+        *,
+        now: float,
+        window: int,
+        degraded_after: int,
+        down_after_s: float,
+        detail: str = "",
+        ttl_s: float | None = None,
+    ) -> HealthState:
+        result: HealthState = await self._call(
+            "health_record",
+            name,
+            ok,
+            now=now,
+            window=window,
+            degraded_after=degraded_after,
+            down_after_s=down_after_s,
+            detail=detail,
+            ttl_s=ttl_s,
+        )
+        return result
+
+    async def health_read(self, names: Iterable[str]) -> dict[str, HealthState]:
+        result: dict[str, HealthState] = await self._call("health_read", tuple(names))
+        return result
+
+    async def try_lock(self, key: str, ttl_s: float) -> bool:
+        # While Redis is down each process takes its own: a check per process beats none.
+        return bool(await self._call("try_lock", key, ttl_s))
+
+    async def sentinel_mark_run(self, at: float) -> None:
+        await self._call("sentinel_mark_run", at)
+
+    async def sentinel_last_run(self) -> float | None:
+        value: float | None = await self._call("sentinel_last_run")
+        return value
 
     async def config_version(self) -> int:
         return int(await self._call("config_version"))

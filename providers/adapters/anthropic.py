@@ -13,7 +13,7 @@ from .base import (
     ProviderAdapter,
     token_count,
 )
-from .errors import ErrorClass, ProviderError
+from .errors import ErrorClass
 
 API_VERSION = "2023-06-01"
 # The Messages API requires max_tokens; a request that names none gets this many.
@@ -118,11 +118,7 @@ class AnthropicAdapter(ProviderAdapter):
             raise self._failed(error_class, f"error event: {self.error_text(event)}")
         return ""
 
-    async def health_check(self, *, timeout: float) -> HealthResult:
+    async def health_check(self, *, timeout: float, inference: bool = False) -> HealthResult:
         # The model list names dated versions, not aliases like "-latest": a good answer from
-        # it (which also proves the key) is the check.
-        try:
-            _, latency_ms = await self.request_json("GET", "/v1/models", timeout=timeout)
-        except ProviderError as exc:
-            return HealthResult(False, 0.0, exc.message, exc.error_class)
-        return HealthResult(True, latency_ms)
+        # it (which also proves the key) is the check, so `model_problem` stays silent.
+        return await self.health_levels("/v1/models", timeout=timeout, inference=inference)

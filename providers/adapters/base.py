@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import AsyncGenerator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, ClassVar
 
 import httpx
@@ -62,12 +63,28 @@ class Completion:
     finish_reason: str = ""  # the provider's own word: stop, length, max_tokens, end_turn …
 
 
+class HealthLevel(StrEnum):
+    """How deep a health check goes, in order: each level is checked only once the one before
+    has passed."""
+
+    REACHABLE = "reachable"  # the model list answers (and, for a keyed API, takes the key)
+    MODEL = "model"  # the configured model is in it
+    INFERENCE = "inference"  # a one-token completion answers
+
+
 @dataclass(frozen=True, slots=True)
 class HealthResult:
+    """One health check. `level` is the level that failed, or the deepest one that passed."""
+
     ok: bool
     latency_ms: float
     detail: str = ""
     error_class: ErrorClass | None = None
+    level: HealthLevel | None = None
+
+
+# The inference level's question: one token of answer is all it needs to see.
+HEALTH_PROBE = CompletionRequest(prompt="Reply with one word: ok", max_tokens=1)
 
 
 @dataclass(slots=True)
@@ -109,8 +126,53 @@ class ProviderAdapter(ABC):
         """One upstream call; raises ProviderError on any failure."""
 
     @abstractmethod
-    async def health_check(self, *, timeout: float) -> HealthResult:
-        """Whether the provider answers and serves the configured model."""
+    async def health_check(self, *, timeout: float, inference: bool = False) -> HealthResult:
+        """Whether the provider answers and serves the configured model, and with `inference`
+        whether it also answers a one-token completion; all within `timeout`."""
+
+    @property
+    def paid_inference(self) -> bool:
+        """Whether a one-token completion costs money: a cloud provider's does."""
+        return not self.config.is_local
+
+    def model_problem(self, body: Any) -> str:
+        """What is wrong with the model list `body` for the configured model ("" if nothing)."""
+        return ""
+
+    async def health_levels(self, path: str, *, timeout: float, inference: bool) -> HealthResult:
+        """The levels in turn within `timeout` overall: `path` (the model list) answers,
+        `model_problem` finds nothing in it, and with `inference` a one-token completion
+        answers in the time left. Never raises a ProviderError: a failure is the result."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        deadline = started + timeout
+
+        def result(
+            level: HealthLevel, detail: str = "", exc: ProviderError | None = None
+        ) -> HealthResult:
+            return HealthResult(
+                ok=not detail,
+                latency_ms=(loop.time() - started) * 1000,
+                detail=detail,
+                error_class=exc.error_class if exc is not None else None,
+                level=level,
+            )
+
+        try:
+            body, _ = await self.request_json("GET", path, timeout=timeout)
+        except ProviderError as exc:
+            return result(HealthLevel.REACHABLE, f"{path} failed: {_failure(exc)}", exc)
+        problem = self.model_problem(body)
+        if problem:
+            return result(HealthLevel.MODEL, problem)
+        if not inference:
+            return result(HealthLevel.MODEL)
+        try:
+            # Whatever is left of the check's time, however little: too little is a timeout.
+            await self.complete(HEALTH_PROBE, timeout=max(0.001, deadline - loop.time()))
+        except ProviderError as exc:
+            return result(HealthLevel.INFERENCE, f"inference failed: {_failure(exc)}", exc)
+        return result(HealthLevel.INFERENCE)
 
     def headers(self) -> dict[str, str]:
         return {}
@@ -365,6 +427,11 @@ class CompletionStream:
             latency_ms=latency_ms,
             finish_reason=self.finish_reason,
         )
+
+
+def _failure(exc: ProviderError) -> str:
+    """A failure as a check's detail, its class first: "timeout (no answer within 5.00 s)"."""
+    return f"{exc.error_class.value} ({exc.message})" if exc.message else exc.error_class.value
 
 
 def estimate_tokens(text: str) -> int:

@@ -1,5 +1,6 @@
 """Ollama's native API: `POST /api/chat` (whole, or streamed as one JSON object a line) and
-`GET /api/tags`."""
+`GET /api/tags`. Its health check has all three levels: the tags answer, the model is pulled, a
+one-token chat (`options.num_predict: 1`, not streamed) answers."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from .base import (
     ProviderAdapter,
     token_count,
 )
-from .errors import ErrorClass, ProviderError
+from .errors import ErrorClass
 
 
 class OllamaAdapter(ProviderAdapter):
@@ -77,14 +78,19 @@ class OllamaAdapter(ProviderAdapter):
             stream.tokens_out = token_count(event.get("eval_count"))
         return text if isinstance(text, str) else ""
 
-    async def health_check(self, *, timeout: float) -> HealthResult:
-        try:
-            body, latency_ms = await self.request_json("GET", "/api/tags", timeout=timeout)
-        except ProviderError as exc:
-            return HealthResult(False, 0.0, exc.message, exc.error_class)
+    @property
+    def paid_inference(self) -> bool:
+        return False  # self-hosted: a token costs nothing, so inference is always checked
+
+    async def health_check(self, *, timeout: float, inference: bool = False) -> HealthResult:
+        return await self.health_levels("/api/tags", timeout=timeout, inference=inference)
+
+    def model_problem(self, body: Any) -> str:
         models = body.get("models") if isinstance(body, dict) else None
         names = {m.get("name") for m in models or () if isinstance(m, dict)}
         names |= {m.get("model") for m in models or () if isinstance(m, dict)}
-        if self.config.model not in names:
-            return HealthResult(False, latency_ms, f"model {self.config.model} is not pulled")
-        return HealthResult(True, latency_ms)
+        model = self.config.model
+        # Ollama lists "llama3.1:latest" for a model asked for as "llama3.1".
+        if model in names or (":" not in model and f"{model}:latest" in names):
+            return ""
+        return f"model {model} is not pulled"

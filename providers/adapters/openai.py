@@ -14,7 +14,7 @@ from .base import (
     ProviderAdapter,
     token_count,
 )
-from .errors import ErrorClass, ProviderError
+from .errors import ErrorClass
 
 
 class OpenAICompatibleAdapter(ProviderAdapter):
@@ -88,13 +88,13 @@ class OpenAICompatibleAdapter(ProviderAdapter):
         text = delta.get("content") if isinstance(delta, dict) else None
         return text if isinstance(text, str) else ""
 
-    async def health_check(self, *, timeout: float) -> HealthResult:
-        try:
-            body, latency_ms = await self.request_json("GET", "/v1/models", timeout=timeout)
-        except ProviderError as exc:
-            return HealthResult(False, 0.0, exc.message, exc.error_class)
+    async def health_check(self, *, timeout: float, inference: bool = False) -> HealthResult:
+        return await self.health_levels("/v1/models", timeout=timeout, inference=inference)
+
+    def model_problem(self, body: Any) -> str:
         data = body.get("data") if isinstance(body, dict) else None
         ids = {m.get("id") for m in data or () if isinstance(m, dict)}
+        # Some compatible servers list nothing at all: only a list without the model says no.
         if ids and self.config.model not in ids:
-            return HealthResult(False, latency_ms, f"model {self.config.model} is not served")
-        return HealthResult(True, latency_ms)
+            return f"model {self.config.model} is not served"
+        return ""

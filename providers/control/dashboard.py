@@ -14,6 +14,7 @@ from billing.models import Budget, CallRecord
 
 from ..breaker import BreakerState, Mode, State
 from ..gateway import Gateway, get_gateway
+from ..health import Health
 from ..models import FailoverPolicy, Incident, KillSwitch, Provider
 from ..selectors import policy_get
 from ..state import Windows, WindowSummary, spend_key
@@ -90,12 +91,21 @@ class ControlStatus:
 
 
 def health_of(breaker: BreakerState, window: WindowSummary, enabled: bool) -> str:
-    """Healthy, degraded or down, from what the breaker and the last window say."""
+    """Healthy, degraded or down: the worse of what the breaker and its last window say and
+    the sentinel's verdict (`breaker.health`, read with it), when the sentinel has one."""
     if not enabled or breaker.mode == Mode.DISABLED:
         return OFF if not enabled else DOWN
     if breaker.state == State.OPEN:
         return DOWN
-    if breaker.state == State.HALF_OPEN or breaker.consecutive_failures or window.failures:
+    forced = breaker.mode == Mode.FORCED_CLOSED  # the router ignores the sentinel's verdict
+    if breaker.health == Health.DOWN and not forced:
+        return DOWN
+    if (
+        breaker.health in (Health.DEGRADED, Health.DOWN)
+        or breaker.state == State.HALF_OPEN
+        or breaker.consecutive_failures
+        or window.failures
+    ):
         return DEGRADED
     return HEALTHY
 
@@ -119,6 +129,14 @@ def serving_now(policy: FailoverPolicy, rows: list[ProviderStatus]) -> Serving:
             if row.health == DEGRADED and index == 0:
                 why = "the primary is answering, with recent failures"
             return Serving(tier, row.name, why)
+        breaker = row.breaker
+        if (
+            breaker.mode == Mode.AUTO
+            and breaker.health == Health.DOWN
+            and breaker.state != State.OPEN
+        ):
+            passed.append(f"{row.name}: down by its health checks")
+            continue
         passed.append(f"{row.name}: breaker {row.breaker_label}"
                       + (f" ({row.breaker.reason})" if row.breaker.reason else ""))  # fmt: skip
     why = "; ".join(passed) if passed else "no provider is enabled"

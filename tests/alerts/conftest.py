@@ -9,6 +9,14 @@ import httpx
 import pytest
 
 from alerts.fake_receiver import FakeReceiver
+from tests.providers.conftest import (  # noqa: F401 - the routing fixtures, for end-to-end tests
+    api,
+    clock,
+    gateway,
+    primary,
+    providers_configured,
+    secondary,
+)
 
 from .builders import (
     SLACK_URL_ENV,

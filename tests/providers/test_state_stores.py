@@ -12,8 +12,9 @@ import redis
 from django.conf import settings
 
 from providers.breaker import BreakerState, Mode, State, WindowStats
+from providers.health import Health, HealthState
 from providers.state import MemoryStore, Sample, SpendIncrement, StateStore, Windows
-from providers.state_redis import RedisStore
+from providers.state_redis import RedisStore, ResilientStore
 
 NAME = "ollama-local"
 T0 = 1_700_000_000.0
@@ -336,3 +337,206 @@ async def test_a_probe_slot_notes_when_it_was_taken(store):
     assert await store.acquire_probe(NAME, half.version, 3, T0 + 75)
     current, _ = await store.read(NAME)
     assert current.last_probe_at == T0 + 75 and current.probes_admitted == 1
+
+
+# The sentinel's health window -------------------------------------------------------------
+
+# The policy's defaults: a window of 5, 3 bad → degraded, degraded for 300 s → down.
+WINDOW = {"window": 5, "degraded_after": 3, "down_after_s": 300}
+EVERY_S = 30  # one check per sentinel interval
+
+
+async def checks(store: StateStore, results: str, *, start: float = T0) -> HealthState:
+    """Record one check per interval from `start`: "1" good, "0" bad, in order."""
+    state = HealthState()
+    for i, result in enumerate(results):
+        ok = result == "1"
+        state = await store.health_record(
+            NAME, ok, now=start + i * EVERY_S, detail="" if ok else f"bad check {i}", **WINDOW
+        )
+    return state
+
+
+async def test_a_provider_never_checked_is_unknown_and_reads_so_with_its_breaker(store):
+    assert await store.health_read([NAME]) == {NAME: HealthState()}
+    state, _ = await store.read(NAME)
+    assert state.health == Health.UNKNOWN == "unknown"
+
+
+async def test_two_bad_checks_of_five_leave_it_healthy(store):
+    state = await checks(store, "01011")
+    assert state.status == Health.HEALTHY
+    assert state.window == (False, True, False, True, True)
+
+
+async def test_three_bad_checks_of_five_make_it_degraded_since_the_third(store):
+    state = await checks(store, "10100")
+    assert state.status == Health.DEGRADED
+    assert state.since == T0 + 4 * EVERY_S
+    assert state.detail == "bad check 4" and state.checked_at == T0 + 4 * EVERY_S
+
+
+async def test_degraded_for_down_after_s_makes_it_down(store):
+    degraded = await checks(store, "000")
+    assert degraded.status == Health.DEGRADED
+    still = await store.health_record(NAME, False, now=degraded.since + 299, **WINDOW)
+    assert still.status == Health.DEGRADED and still.since == degraded.since
+    down = await store.health_record(NAME, False, now=degraded.since + 300, **WINDOW)
+    assert down.status == Health.DOWN and down.since == degraded.since + 300
+
+
+async def test_good_checks_after_down_keep_it_down_until_the_window_is_clean(store):
+    await checks(store, "000")
+    down = await store.health_record(NAME, False, now=T0 + 400, **WINDOW)
+    assert down.status == Health.DOWN
+    for i in range(1, 5):
+        state = await store.health_record(NAME, True, now=T0 + 400 + i * EVERY_S, **WINDOW)
+        assert state.status == Health.DOWN, f"healthy after only {i} good checks"
+    healthy = await store.health_record(NAME, True, now=T0 + 550, **WINDOW)
+    assert healthy.status == Health.HEALTHY and healthy.since == T0 + 550
+    assert healthy.window == (True,) * 5
+
+
+async def test_a_degraded_provider_stays_degraded_until_the_whole_window_is_clean(store):
+    await checks(store, "000")
+    state = await checks(store, "1111", start=T0 + 3 * EVERY_S)
+    assert state.status == Health.DEGRADED  # one bad left in the window: no flapping back
+    state = await checks(store, "1", start=T0 + 7 * EVERY_S)
+    assert state.status == Health.HEALTHY
+
+
+async def test_the_verdict_reads_with_the_breaker_and_breaker_writes_never_touch_it(store):
+    await checks(store, "000")
+    current, _ = await store.read(NAME, [SPEND])
+    assert current.health == Health.DEGRADED
+    opened = BreakerState(state=State.OPEN, version=1, opened_at=T0, open_until=T0 + 60)
+    assert await store.transition(NAME, current.version, current)  # as read, health and all
+    assert await store.transition(NAME, 1, opened)
+    await store.set_mode(NAME, Mode.AUTO)
+    await record(store, sample=call(failure=True))
+    state, _ = await store.read(NAME)
+    assert state.health == Health.DEGRADED
+    assert (await store.health_read([NAME]))[NAME].status == Health.DEGRADED
+
+
+async def test_health_read_answers_for_every_name_asked(store):
+    await checks(store, "1")
+    verdicts = await store.health_read([NAME, "openai-cloud"])
+    assert verdicts[NAME].status == Health.HEALTHY and verdicts[NAME].window == (True,)
+    assert verdicts["openai-cloud"] == HealthState()
+
+
+async def test_a_verdict_with_a_ttl_lapses_to_unknown_when_no_check_follows():
+    clock = MovableClock()
+    store = MemoryStore(clock=clock)
+    await store.health_record(NAME, False, now=T0, ttl_s=300, **WINDOW)
+    clock.now += 299
+    assert (await store.health_read([NAME]))[NAME].window == (False,)
+    clock.now += 1
+    assert (await store.health_read([NAME]))[NAME] == HealthState()
+
+
+@pytest.mark.services
+async def test_redis_keeps_the_verdict_only_for_its_ttl(redis_store):
+    await redis_store.health_record(NAME, True, now=T0, ttl_s=300, **WINDOW)
+    client = redis.Redis.from_url(redis_url())
+    try:
+        assert 299_000 < client.pttl(f"fo:{{{NAME}}}:health") <= 300_000
+    finally:
+        client.close()
+
+
+@pytest.mark.services
+async def test_a_redis_read_with_the_verdict_is_still_one_round_trip(redis_store, monkeypatch):
+    await checks(redis_store, "000")
+    sent: list[str] = []
+    client = redis_store._client()[0]
+    original_pipeline = client.pipeline
+
+    def counting_pipeline(*args, **kwargs):
+        pipe = original_pipeline(*args, **kwargs)
+        original_execute = pipe.execute
+
+        async def execute(*a, **k):
+            sent.append("pipeline")
+            return await original_execute(*a, **k)
+
+        pipe.execute = execute
+        return pipe
+
+    async def direct(*args, **kwargs):
+        sent.append(str(args[0]))
+        raise AssertionError("a command outside the pipeline")
+
+    monkeypatch.setattr(client, "pipeline", counting_pipeline)
+    monkeypatch.setattr(client, "execute_command", direct)
+    state, spent = await redis_store.read(NAME, [SPEND])
+    assert sent == ["pipeline"]
+    assert state.health == Health.DEGRADED and spent == {SPEND: 0.0}
+
+
+async def test_a_hundred_concurrent_records_all_land_in_the_window(store):
+    await asyncio.gather(
+        *(store.health_record(NAME, i % 2 == 0, now=T0 + i, **WINDOW) for i in range(100))
+    )
+    assert len((await store.health_read([NAME]))[NAME].window) == 5
+
+
+# Locks and the sentinel's last run --------------------------------------------------------
+
+
+async def test_try_lock_lets_one_caller_of_many_through(store):
+    taken = await asyncio.gather(*(store.try_lock("sentinel", 30) for _ in range(20)))
+    assert taken.count(True) == 1
+    assert await store.try_lock("keepalive", 30)  # another key is another lock
+
+
+async def test_a_lock_is_free_again_once_its_ttl_has_passed():
+    clock = MovableClock()
+    store = MemoryStore(clock=clock)
+    assert await store.try_lock("sentinel", 27)
+    clock.now += 26.9
+    assert not await store.try_lock("sentinel", 27)
+    clock.now += 0.1
+    assert await store.try_lock("sentinel", 27)
+
+
+@pytest.mark.services
+async def test_a_redis_lock_expires_with_its_ttl(redis_store):
+    assert await redis_store.try_lock("sentinel", 30)
+    client = redis.Redis.from_url(redis_url())
+    try:
+        assert 29_000 < client.pttl("fo:lock:sentinel") <= 30_000
+    finally:
+        client.close()
+
+
+async def test_the_sentinels_last_run_is_none_until_marked(store):
+    assert await store.sentinel_last_run() is None
+    await store.sentinel_mark_run(T0 + 0.25)
+    assert await store.sentinel_last_run() == T0 + 0.25
+
+
+async def test_with_redis_down_health_and_locks_go_on_in_local_state(closed_port):
+    primary = RedisStore(f"redis://127.0.0.1:{closed_port}/0")
+    store = ResilientStore(primary)
+    try:
+        state = await checks(store, "000")
+        assert state.status == Health.DEGRADED
+        assert (await store.read(NAME))[0].health == Health.DEGRADED
+        assert await store.try_lock("sentinel", 30)
+        assert not await store.try_lock("sentinel", 30)
+        await store.sentinel_mark_run(T0)
+        assert await store.sentinel_last_run() == T0
+    finally:
+        await close_redis_store(primary)
+
+
+class MovableClock:
+    """The memory store's expiry clock, moved by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now

@@ -1,0 +1,91 @@
+"""The embedded mode: the same jobs without Celery. A serving process raises and delivers the
+alerts itself (its threads), and runs the periodic jobs on its own loop."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from asgiref.sync import sync_to_async
+
+from alerts.fake_receiver import FakeReceiver
+from alerts.models import AlertEvent
+from providers.scheduler import InProcessScheduler, Periodic, serving_process_jobs
+from tests.providers.conftest import ask, update_policy
+
+from .builders import TELEGRAM_TOKEN, TELEGRAM_TOKEN_ENV, telegram_channel
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def in_process(settings, monkeypatch):
+    settings.BACKGROUND_JOBS = "inprocess"
+    monkeypatch.setenv(TELEGRAM_TOKEN_ENV, TELEGRAM_TOKEN)
+
+
+@pytest.fixture
+async def telegram(in_process, gateway):
+    with FakeReceiver() as receiver:
+        await sync_to_async(telegram_channel)(receiver, name="ops-telegram")
+        yield receiver
+
+
+async def eventually(predicate, *, within_s: float = 10.0) -> None:
+    deadline = time.monotonic() + within_s
+    while not await sync_to_async(predicate)():
+        assert time.monotonic() < deadline, "not in time"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_failover_is_alerted_from_the_serving_process(api, telegram, primary):
+    await update_policy(flap_window_s=1)
+    primary.stop()
+    for _ in range(3):
+        assert (await ask(api, "Say hello.", cache=False)).json()["tier"] == "secondary"
+    await eventually(lambda: len(telegram.messages_to("/bot")) == 1)
+    assert "Failover: ollama-local is out" in telegram.messages_to("/bot")[0]["text"]
+    event = await sync_to_async(AlertEvent.objects.get)(kind="failover")
+    assert event.status == "delivered"
+
+
+async def test_the_static_tier_raises_one_critical_alert(api, telegram, primary, secondary):
+    primary.stop()
+    secondary.stop()
+    for _ in range(5):
+        assert (await ask(api, "What are your office hours?")).json()["tier"] == "static"
+    await eventually(lambda: AlertEvent.objects.filter(kind="static_tier").exists())
+    await eventually(lambda: len(telegram.messages_to("/bot")) >= 1)
+    await asyncio.sleep(0.3)
+    static = [m for m in telegram.messages_to("/bot") if "static answers only" in m["text"]]
+    assert len(static) == 1
+
+
+def test_the_serving_process_runs_every_job_itself(in_process):
+    names = {periodic.name for periodic in serving_process_jobs()}
+    assert names == {"sentinel", "keepalive", "watchdog"}
+
+
+def test_with_celery_it_only_watches_the_sentinel(settings):
+    settings.BACKGROUND_JOBS = "celery"
+    assert [periodic.name for periodic in serving_process_jobs()] == ["sentinel_watch"]
+
+
+async def test_the_scheduler_runs_its_jobs_and_survives_a_failing_one(gateway):
+    runs: list[str] = []
+
+    async def good(_gateway) -> None:
+        runs.append("good")
+
+    async def bad(_gateway) -> None:
+        runs.append("bad")
+        raise RuntimeError("a job's own bug")
+
+    scheduler = InProcessScheduler(
+        gateway, (Periodic("good", good, 0.05), Periodic("bad", bad, 0.05))
+    )
+    scheduler.start()
+    await asyncio.sleep(0.3)
+    await scheduler.stop()
+    assert runs.count("good") >= 3 and runs.count("bad") >= 3
