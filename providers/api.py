@@ -268,6 +268,7 @@ async def status(request: HttpRequest) -> JsonResponse:
                 "model": provider.model,
                 "priority": provider.priority,
                 "is_local": provider.is_local,
+                "health": state.health,  # the sentinel's verdict (unknown before its first check)
                 "breaker": {
                     "state": state.state.value,
                     "mode": state.mode.value,

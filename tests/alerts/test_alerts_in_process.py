@@ -89,3 +89,22 @@ async def test_the_scheduler_runs_its_jobs_and_survives_a_failing_one(gateway):
     await asyncio.sleep(0.3)
     await scheduler.stop()
     assert runs.count("good") >= 3 and runs.count("bad") >= 3
+
+
+async def test_the_embedded_scheduler_runs_the_real_sentinel(in_process, gateway, primary):
+    primary.set_fault(mode="error", scope="all")
+    scheduler = InProcessScheduler(gateway, serving_process_jobs())
+    scheduler.start()
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            found = await gateway.store.health_read(["ollama-local", "openai-cloud"])
+            if all(state.checked_at for state in found.values()):
+                break
+            assert time.monotonic() < deadline, "the sentinel never ran"
+            await asyncio.sleep(0.05)
+    finally:
+        await scheduler.stop()
+    assert found["ollama-local"].window == (False,)  # its check failed
+    assert found["openai-cloud"].window == (True,)
+    assert await gateway.store.sentinel_last_run() is not None

@@ -139,6 +139,21 @@ async def test_status_shows_each_provider_and_the_kill_switch(api, gateway, prim
     assert cloud["breaker"]["state"] == "closed" and cloud["window"]["calls"] == 3
     assert cloud["window"]["p95_ms"] is not None
     assert body["state_store"]["ok"] is True
+    assert local["health"] == cloud["health"] == "unknown"  # no sentinel run yet
+
+
+async def test_status_shows_the_sentinels_verdict(api, gateway, primary):
+    from providers.health import sentinel_run
+
+    primary.set_fault(mode="error", scope="all")
+    await sentinel_run(gateway)
+    body = (await api.get("/api/v1/status")).json()
+    local, cloud = body["providers"]
+    assert (local["health"], cloud["health"]) == ("healthy", "healthy")  # one bad check of 5
+    for _ in range(2):
+        await sentinel_run(gateway)
+    local = (await api.get("/api/v1/status")).json()["providers"][0]
+    assert local["health"] == "degraded"  # 3 bad of the last 5
 
 
 async def test_status_shows_budget_use(api, gateway, providers_configured, primary):
