@@ -20,7 +20,8 @@ from .background import run_db, spawn
 from .loop_local import LoopLocal
 from .pool import AdapterPool
 from .snapshot import Snapshot, build_snapshot
-from .state import MemoryStore, StateStore, spend_key
+from .state import StateStore, spend_key
+from .state_memory import MemoryStore
 
 logger = logging.getLogger(__name__)
 
@@ -169,7 +170,8 @@ _gateway: Gateway | None = None
 
 def make_store() -> StateStore:
     if settings.REDIS_URL:
-        from .state_redis import RedisStore, ResilientStore
+        from .state_redis import RedisStore
+        from .state_resilient import ResilientStore
 
         return ResilientStore(RedisStore(settings.REDIS_URL))
     return MemoryStore()

@@ -23,7 +23,8 @@ from providers.gateway import Gateway, set_gateway
 from providers.incidents import incidents_record
 from providers.models import ConfigChange, FailoverPolicy, Incident, Provider
 from providers.selectors import policy_get
-from providers.state import MemoryStore, WindowSummary
+from providers.state import WindowSummary
+from providers.state_memory import MemoryStore
 from tests.factories import make_call_record, make_provider, make_user
 
 pytestmark = pytest.mark.django_db

@@ -8,7 +8,8 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 import redis
 
-from providers.state import CacheWrite, MemoryStore, SpendIncrement, StateStore
+from providers.state import CacheWrite, SpendIncrement, StateStore
+from providers.state_memory import MemoryStore
 from providers.state_redis import RedisStore
 
 from .test_state_stores import NAME, SPEND, T0, WINDOWS, call, fresh_redis_store, record, redis_url

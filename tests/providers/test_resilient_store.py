@@ -10,10 +10,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from providers import state_redis
+from providers import state_resilient
 from providers.breaker import BreakerState, Mode, State
 from providers.state import CacheWrite, Sample, SpendIncrement, Windows
-from providers.state_redis import RedisStore, ResilientStore
+from providers.state_redis import RedisStore
+from providers.state_resilient import ResilientStore
 
 from .test_state_stores import close_redis_store, flush_redis, redis_url
 
@@ -42,7 +43,7 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> MonotonicClock:
     clock = MonotonicClock()
     # Only this module's name: asyncio reads the real time.monotonic for its own timeouts.
     monkeypatch.setattr(
-        state_redis, "time", SimpleNamespace(monotonic=clock.monotonic, time=clock.time)
+        state_resilient, "time", SimpleNamespace(monotonic=clock.monotonic, time=clock.time)
     )
     return clock
 
@@ -118,7 +119,7 @@ async def test_health_reports_routing_on_local_state_while_redis_is_down(down):
 
 
 async def test_the_outage_is_logged_once(down, clock, caplog):
-    caplog.set_level(logging.ERROR, logger="providers.state_redis")
+    caplog.set_level(logging.ERROR, logger="providers.state_resilient")
     for _ in range(5):
         await down.read(NAME)
         clock.now += ResilientStore.RETRY_AFTER_S  # each call tries Redis again, and fails

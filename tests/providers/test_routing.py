@@ -376,7 +376,8 @@ async def test_shutdown_writes_what_the_ledger_holds(api, gateway):
 async def test_with_redis_unreachable_routing_goes_on_with_local_state(
     api, gateway, primary, closed_port, caplog
 ):
-    from providers.state_redis import RedisStore, ResilientStore
+    from providers.state_redis import RedisStore
+    from providers.state_resilient import ResilientStore
 
     gateway.store = ResilientStore(RedisStore(f"redis://127.0.0.1:{closed_port}/0"))
     gateway.snapshots.store = gateway.store

@@ -13,8 +13,10 @@ from django.conf import settings
 
 from providers.breaker import BreakerState, Mode, State, WindowStats
 from providers.health import Health, HealthState
-from providers.state import MemoryStore, Sample, SpendIncrement, StateStore, Windows
-from providers.state_redis import RedisStore, ResilientStore
+from providers.state import Sample, SpendIncrement, StateStore, Windows
+from providers.state_memory import MemoryStore
+from providers.state_redis import RedisStore
+from providers.state_resilient import ResilientStore
 
 NAME = "ollama-local"
 T0 = 1_700_000_000.0
