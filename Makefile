@@ -54,7 +54,7 @@ test-embedded: $(VENV)/.installed $(CHROMIUM)
 test-services: $(VENV)/.installed $(CHROMIUM)
 	ENV_FILE= DEBUG=true DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) \
 		FAILOVER_TEST_PASS=services FAILOVER_REQUIRE_SERVICES=$(REQUIRE_SERVICES) \
-		$(BIN)/pytest $(PYTEST_ARGS)
+		$(BIN)/pytest -m "not backend_free" $(PYTEST_ARGS)
 
 ## check: lint, types and the whole suite
 check: lint typecheck test

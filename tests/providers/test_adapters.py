@@ -28,6 +28,9 @@ from providers.fake_provider import DEFAULT_TEXT, FakeProvider
 from providers.pool import AdapterPool, make_client
 from providers.snapshot import ProviderConfig
 
+# Touches neither the database nor the shared state: the services pass leaves it out.
+pytestmark = pytest.mark.backend_free
+
 KINDS = ["ollama", "openai"]
 MODELS = {"ollama": "llama3.1:8b", "openai": "gpt-4o-mini"}
 SYSTEM = "You answer shop questions."

@@ -23,6 +23,9 @@ from providers.breaker import (
 )
 from providers.snapshot import PolicyConfig
 
+# Touches neither the database nor the shared state: the services pass leaves it out.
+pytestmark = pytest.mark.backend_free
+
 NAME = "ollama-local"
 POLICY = PolicyConfig()  # the defaults: 3 failures, 30 % of ≥ 5 calls, 60 s × 2^n up to 600 s
 T0 = 1_700_000_000.0

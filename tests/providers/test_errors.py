@@ -19,6 +19,9 @@ from providers.adapters.errors import (
     parse_retry_after,
 )
 
+# Touches neither the database nor the shared state: the services pass leaves it out.
+pytestmark = pytest.mark.backend_free
+
 NOW = 1_800_000_000.0
 
 

@@ -18,6 +18,9 @@ import pytest
 
 from providers.fake_provider import DEFAULT_TEXT, ConfigError, FakeProvider
 
+# Touches neither the database nor the shared state: the services pass leaves it out.
+pytestmark = pytest.mark.backend_free
+
 ROOT = Path(__file__).resolve().parents[2]
 PROMPT = [
     {"role": "system", "content": "You answer shop questions."},

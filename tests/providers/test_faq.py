@@ -9,6 +9,9 @@ import pytest
 from providers.faq import FaqEntry, FaqIndex, normalize
 from providers.services import DEFAULT_ANSWERS_FILE
 
+# Touches neither the database nor the shared state: the services pass leaves it out.
+pytestmark = pytest.mark.backend_free
+
 THRESHOLD = 85
 
 
