@@ -109,11 +109,12 @@ def failover_check(incident_id: int) -> AlertEvent | None:
     incident = Incident.objects.filter(pk=incident_id).first()
     if incident is None:
         return None
-    policy = policy_get()
     key = f"failover:{incident.provider}"
     title = f"Failover: {incident.provider} is out"
     data = {"incident_id": incident.pk, "provider": incident.provider, "reason": incident.reason}
-    if incident.ended_at is not None and (incident.duration_s or 0) < policy.flap_window_s:
+    if incident.ended_at is not None:
+        # Back before the flap window (counted from the incident's start) was out: a switch
+        # that came back, whatever the breaker's own minimum open time made it last.
         return alert_suppress(
             kind="failover",
             severity="warning",

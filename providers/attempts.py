@@ -122,8 +122,12 @@ async def attempt(
     error: ProviderError | None = None
     try:
         if walk.request.stream:
+            # The deadline bounds the wait for the first token; after it, the provider's
+            # timeout bounds each pause in the answer, not the answer's length.
             first_token_s = min(walk.policy.first_token_timeout_s, timeout)
-            call: Any = adapter.stream(request, timeout=timeout, first_token_timeout=first_token_s)
+            call: Any = adapter.stream(
+                request, timeout=provider.timeout_s, first_token_timeout=first_token_s
+            )
         else:
             call = adapter.complete(request, timeout=timeout)
         value = await (call if cancel is None else unless_cancelled(call, cancel))

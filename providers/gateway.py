@@ -137,6 +137,10 @@ class SnapshotHolder:
                 continue
             if self._snapshot is not None and version != self._snapshot.version:
                 self._stale = True
+            if self._stale:
+                # Rebuilt now, not when the next request comes: a change reaches every
+                # process within a poll and a build, however quiet its traffic.
+                await self._rebuild()
 
 
 class Gateway:

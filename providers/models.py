@@ -394,6 +394,15 @@ class FailoverPolicy(models.Model):
             )
         if self.kill_switch == KillSwitch.FORCE_PROVIDER and self.kill_switch_provider_id is None:
             errors["kill_switch_provider"] = "Choose the provider that should take all traffic."
+        elif (
+            self.kill_switch == KillSwitch.FORCE_PROVIDER
+            and self.kill_switch_provider_id is not None
+            and not Provider.objects.filter(pk=self.kill_switch_provider_id, enabled=True).exists()
+        ):
+            errors["kill_switch_provider"] = (
+                "That provider is disabled: forcing traffic to it would send every request to "
+                "the static answers. Enable it first, or choose static answers only."
+            )
         if self.kill_switch != KillSwitch.FORCE_PROVIDER and self.kill_switch_provider_id:
             errors["kill_switch_provider"] = "Only a switch that forces a provider names one."
         if self.kill_switch != KillSwitch.OFF and not self.kill_switch_reason.strip():

@@ -163,10 +163,12 @@ async def finish_stream(
         return
     result._pending = None
     walk, ticket, attempt = pending.walk, pending.ticket, pending.attempt
-    latency_s = walk.gateway.clock.mono() - ticket.started
-    completion = stream.completion(latency_s * 1000)
+    total_s = walk.gateway.clock.mono() - ticket.started
+    completion = stream.completion(total_s * 1000)
     whole = error is None and not client_gone
-    settled, cost = await settle(walk, ticket, completion, error, latency_s, cache=whole)
+    # The breaker judges a stream by its time to first token: a long answer isn't a slow call.
+    first_token_s = attempt.latency_ms / 1000
+    settled, cost = await settle(walk, ticket, completion, error, first_token_s, cache=whole)
     attempt.outcome, attempt.error_class = settled.outcome, settled.error_class
     attempt.latency_ms, attempt.status, attempt.detail = (
         settled.latency_ms,

@@ -20,6 +20,7 @@ def run_periodic(job: Callable[[Gateway], Awaitable[Any]]) -> Any:
     async def once() -> Any:
         gateway = get_gateway()
         gateway.snapshots.mark_stale()  # a worker's snapshot is read afresh for each run
+        await gateway.snapshots.refresh()
         try:
             return await job(gateway)
         finally:

@@ -245,18 +245,18 @@ class ProviderAdapter(ABC):
         """Open a streamed answer and wait for its first text. Any failure up to then
         (connect, status, nothing within `first_token_timeout`) raises ProviderError, so the
         router can still go to another provider; after it, `CompletionStream.rest()` raises.
-        `timeout` bounds the whole answer, first byte to last."""
+        After the first text, `timeout` bounds each wait for the next piece, not the whole
+        answer: a long answer that keeps coming is not cut."""
         path, payload = self.stream_request(request)
         loop = asyncio.get_running_loop()
         started = loop.time()
-        deadline = started + timeout
         first_deadline = started + min(timeout, first_token_timeout)
         self.metrics.calls += 1
         http_request = self._build("POST", path, payload, timeout)
         with self._classified(f"no first token within {first_deadline - started:.2f} s"):
             async with asyncio.timeout_at(first_deadline):
                 response = await self.client.send(http_request, stream=True, follow_redirects=False)
-        stream = CompletionStream(self, response, deadline, started)
+        stream = CompletionStream(self, response, timeout, started)
         try:
             if response.status_code >= 400:
                 with self._classified("no error body in time"):
@@ -273,7 +273,8 @@ class ProviderAdapter(ABC):
         except BaseException:
             await stream.aclose()
             raise
-        self.metrics.last_latency_ms = (loop.time() - started) * 1000
+        stream.first_token_s = loop.time() - started
+        self.metrics.last_latency_ms = stream.first_token_s * 1000
         return stream
 
     def _build(
@@ -343,7 +344,7 @@ class CompletionStream:
     """
 
     def __init__(
-        self, adapter: ProviderAdapter, response: httpx.Response, deadline: float, started: float
+        self, adapter: ProviderAdapter, response: httpx.Response, idle_s: float, started: float
     ) -> None:
         self.adapter = adapter
         self.provider = adapter.name
@@ -354,9 +355,10 @@ class CompletionStream:
         self.finish_reason = ""
         self.done = False
         self.started = started
+        self.first_token_s = 0.0  # how long the first text took
         self._response = response
         self._lines = response.aiter_lines()
-        self._deadline = deadline
+        self._idle_s = idle_s
         self._closed = False
 
     @property
@@ -403,8 +405,11 @@ class CompletionStream:
     async def rest(self) -> AsyncGenerator[str, None]:
         """The text after `first`, piece by piece, until the stream ends."""
         try:
+            loop = asyncio.get_running_loop()
             while True:
-                text = await self.next_text(self._deadline, "the answer took too long")
+                text = await self.next_text(
+                    loop.time() + self._idle_s, f"no text for {self._idle_s:.2f} s mid-answer"
+                )
                 if text is None:
                     break
                 yield text

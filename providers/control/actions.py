@@ -9,10 +9,11 @@ from typing import Any
 from asgiref.sync import async_to_sync
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.utils import timezone
 
 from ..breaker import Mode
 from ..gateway import get_gateway
-from ..models import ChangeAction, FailoverPolicy, KillSwitch, Provider
+from ..models import ChangeAction, FailoverPolicy, Incident, KillSwitch, Provider
 from ..selectors import policy_get
 from ..services import Actor, config_change_record, instance_snapshot
 
@@ -33,6 +34,11 @@ def kill_switch_set(
         errors["reason"] = f"Keep the reason under {MAX_REASON_CHARS} characters."
     if mode == KillSwitch.FORCE_PROVIDER and provider is None:
         errors["provider"] = "Choose the provider that should take all traffic."
+    elif mode == KillSwitch.FORCE_PROVIDER and provider is not None and not provider.enabled:
+        errors["provider"] = (
+            f"{provider.name} is disabled: forcing traffic to it would send every request to "
+            "the static answers. Enable it first, or choose static answers only."
+        )
     if errors:
         raise ValidationError(errors)
     with transaction.atomic():
@@ -75,7 +81,19 @@ def _update(provider: Provider, actor: Actor, **values: Any) -> None:
 
 
 def provider_enable(provider: Provider, enabled: bool, actor: Actor) -> None:
+    """Raises ValidationError when disabling the provider the kill switch forces traffic to:
+    every request would silently fall to the static tier."""
     with transaction.atomic():
+        policy = policy_get()
+        if (
+            not enabled
+            and policy.kill_switch == KillSwitch.FORCE_PROVIDER
+            and policy.kill_switch_provider_id == provider.pk
+        ):
+            raise ValidationError(
+                f"The kill switch forces all traffic to {provider.name}: change the kill switch "
+                "before disabling it."
+            )
         _update(provider, actor, enabled=enabled)
 
 
@@ -104,12 +122,18 @@ def breaker_set_mode(provider: Provider, mode: Mode, actor: Actor, reason: str =
     gateway = get_gateway()
     before, _ = async_to_sync(gateway.store.read)(provider.name)
     async_to_sync(gateway.store.set_mode)(provider.name, mode)
+    shown = {Mode.AUTO: "closed", Mode.DISABLED: "forced open", Mode.FORCED_CLOSED: "ignored"}
     with transaction.atomic():
         config_change_record(
             target=provider,
             action=ChangeAction.BREAKER,
             before={"state": before.state.value, "mode": before.mode.value},
-            after={"state": "closed", "mode": mode.value},
+            after={"state": shown[mode], "mode": mode.value},
             actor=actor,
             reason=reason,
+        )
+        # The breaker was reset without an event of its own: an incident it had open ends here
+        # (left open, it would swallow the next real outage as a re-opening of this one).
+        Incident.objects.filter(provider=provider.name, ended_at__isnull=True).update(
+            ended_at=timezone.now()
         )

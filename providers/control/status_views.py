@@ -90,7 +90,10 @@ def provider_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
     provider = get_object_or_404(Provider, pk=pk)
     user = request.user
     if action in ("enable", "disable"):
-        actions.provider_enable(provider, action == "enable", user)
+        try:
+            actions.provider_enable(provider, action == "enable", user)
+        except ValidationError as exc:
+            return _panel(request, status=422, notice=" ".join(exc.messages))
         notice = f"{provider.name} {action}d."
     elif action in ("up", "down"):
         moved = actions.provider_move(provider, action, user)

@@ -83,6 +83,12 @@ class TestIncidents:
         event = failover_check(self.incident(lasted_s=10).pk)
         assert (event.status, event.suppressed_reason) == ("suppressed", "flap")
 
+    def test_one_already_over_when_the_window_ends_is_a_flap_however_long_it_lasted(self):
+        # The breaker's own minimum open time (60 s) can make a quick switch-back outlast the
+        # flap window: over by the time the check runs is what counts.
+        event = failover_check(self.incident(lasted_s=90).pk)
+        assert (event.status, event.suppressed_reason) == ("suppressed", "flap")
+
     def test_recovery_follows_only_an_alerted_failover_with_length_and_spend(self):
         make_provider(name="ollama-local", priority=10)
         make_provider(name="openai-cloud", kind="openai", priority=20, is_local=False)

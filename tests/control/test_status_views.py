@@ -143,6 +143,14 @@ class TestKillSwitch:
         assert policy_get().kill_switch == "off"
         assert not ConfigChange.objects.exists()
 
+    def test_a_disabled_provider_cannot_be_forced(self, local):
+        local.enabled = False
+        local.save()
+        with pytest.raises(ValidationError) as error:
+            actions.kill_switch_set(mode="force_provider", provider=local, reason="x", actor=None)
+        assert "disabled" in error.value.message_dict["provider"][0]
+        assert policy_get().kill_switch == "off"
+
     def test_the_view_answers_the_panel_or_the_errors(self, operator_client, local):
         url = "/admin/control/kill-switch/"
         refused = operator_client.post(url, {"mode": "static_only", "reason": ""})
@@ -203,8 +211,28 @@ class TestProviderActions:
         operator_client.post(f"/admin/control/providers/{local.pk}/reset/")
         state, _ = async_to_sync(gateway.store.read)("ollama-local")
         assert (state.mode, state.state) == (Mode.AUTO, State.CLOSED)
-        modes = [c.after["mode"] for c in ConfigChange.objects.order_by("created_at", "id")]
-        assert modes == ["disabled", "auto"]
+        changes = [c.after for c in ConfigChange.objects.order_by("created_at", "id")]
+        assert changes == [
+            {"state": "forced open", "mode": "disabled"},
+            {"state": "closed", "mode": "auto"},
+        ]
+
+    def test_a_reset_ends_the_incident_its_breaker_had_open(self, operator_client, local):
+        incidents_record([BreakerEvent(EventKind.OPENED, "ollama-local", 1_000.0, "timeout")])
+        operator_client.post(f"/admin/control/providers/{local.pk}/reset/")
+        assert Incident.objects.get().ended_at is not None
+        # The next outage is an incident of its own, not a re-opening of the old one.
+        opened, _ = incidents_record(
+            [BreakerEvent(EventKind.OPENED, "ollama-local", 2_000.0, "timeout")]
+        )
+        assert len(opened) == 1 and Incident.objects.count() == 2
+
+    def test_the_provider_the_kill_switch_forces_cannot_be_disabled(self, operator_client, local):
+        actions.kill_switch_set(mode="force_provider", provider=local, reason="x", actor=None)
+        response = operator_client.post(f"/admin/control/providers/{local.pk}/disable/")
+        assert response.status_code == 422 and b"change the kill switch" in response.content
+        local.refresh_from_db()
+        assert local.enabled is True
 
     def test_an_unknown_action_is_a_404_and_a_missing_provider_too(self, operator_client, local):
         assert (
