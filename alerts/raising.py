@@ -190,7 +190,7 @@ def budget_crossed(budget_id: int, used_pct: float, period: str) -> AlertEvent |
     if used_pct < budget.warn_pct and level == 50:
         return None
     what = {100: "spending stopped", 85: "only high-priority requests go to paid providers",
-            50: "half of it is used"}[level]  # fmt: skip
+            50: f"past its warning level of {budget.warn_pct} %"}[level]  # fmt: skip
     return alert_raise(
         kind="budget",
         severity="critical" if level == 100 else "warning",

@@ -111,6 +111,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Under ASGI each request may run on a different thread; a short busy timeout rides out
     # the brief write locks of the admin and the ledger flush instead of failing a request.
     DATABASES["default"].setdefault("OPTIONS", {}).setdefault("timeout", 20)
+    # A transaction that reads then writes (the kill switch, an alert's cooldown check) takes
+    # the write lock when it begins, so it waits its turn rather than failing at once with
+    # "database is locked" when it meets the ledger's flush.
+    DATABASES["default"]["OPTIONS"].setdefault("transaction_mode", "IMMEDIATE")
 else:
     # Under ASGI, persistent connections outlive the request's thread; Django's docs advise 0.
     DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=0)

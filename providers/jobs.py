@@ -43,7 +43,7 @@ async def watchdog_job(gateway: Gateway) -> None:
         key, _ = spend_key(budget.id, budget.period, now)
         _, spent = await gateway.store.read("", [key])
         used_pct = 100 * spent.get(key, 0.0) / float(budget.cap) if budget.cap else 0.0
-        if used_pct >= 50:
+        if used_pct >= budget.warn_pct:
             await run_db(budget_crossed, budget.id, used_pct, key.rsplit(":", 1)[-1])
     await run_db(cloud_share_check)
 

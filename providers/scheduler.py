@@ -76,19 +76,30 @@ def run_one_off(name: str, *args: Any) -> None:
 
 
 def enqueue(name: str, *args: Any, countdown: float = 0.0, local: bool = False) -> None:
-    """Hand a one-off job over: to a Celery worker, or to this process's threads. `local`
-    keeps it here even in the Celery mode (an alert that Celery itself is down)."""
+    """Hand a one-off job over, without waiting: to a Celery worker, or to this process's
+    threads. `local` keeps it here even in the Celery mode (an alert that Celery itself is
+    down). Publishing to the broker happens on a thread too, so a stalled broker never holds
+    up the caller (the database thread of a serving process)."""
     assert name in ONE_OFF_JOBS, name
     if uses_celery() and not local:
-        from . import tasks
+        _threads.submit(_publish, name, args, countdown)
+    else:
+        _run_here(name, args, countdown)
 
-        try:
-            getattr(tasks, name).apply_async(
-                args=args, countdown=countdown, expires=countdown + ONE_OFF_EXPIRES_S
-            )
-            return
-        except Exception:  # the broker is unreachable: do it here rather than not at all
-            logger.exception("could not queue %s on Celery; running it in this process", name)
+
+def _publish(name: str, args: tuple[Any, ...], countdown: float) -> None:
+    from . import tasks
+
+    try:
+        getattr(tasks, name).apply_async(
+            args=args, countdown=countdown, expires=countdown + ONE_OFF_EXPIRES_S
+        )
+    except Exception:  # the broker is unreachable: do it here rather than not at all
+        logger.exception("could not queue %s on Celery; running it in this process", name)
+        _run_here(name, args, countdown)
+
+
+def _run_here(name: str, args: tuple[Any, ...], countdown: float) -> None:
     if countdown > 0:
         timer = threading.Timer(countdown, _threads.submit, args=(run_one_off, name, *args))
         timer.daemon = True
