@@ -30,6 +30,9 @@ async def admit(walk: Walk, provider: ProviderConfig) -> Ticket | AttemptResult:
     store, name = gateway.store, provider.name
     if gateway.adapters.get(provider) is None:
         return AttemptResult(Attempt(name, "skipped", "unsupported_kind"))
+    if provider.api_key_env and not provider.api_key:
+        # Its key variable isn't set in this process: a call could only be refused.
+        return AttemptResult(Attempt(name, "skipped", "api_key_missing"))
     budgets = [b for b in walk.snapshot.budgets if b.applies_to(provider, request.client)]
     now = gateway.clock.wall()
     keys = {b.id: spend_key(b.id, b.period, now) for b in budgets}

@@ -167,6 +167,11 @@ async def _check_and_record(
     adapter = gateway.adapters.get(provider)
     if adapter is None:
         result = HealthResult(False, 0.0, f"no adapter for kind {provider.kind}")
+    elif provider.api_key_env and not provider.api_key:
+        # Without its key a check can only be refused: say so without calling it.
+        result = HealthResult(
+            False, 0.0, f"its API key variable {provider.api_key_env} is not set", ErrorClass.AUTH
+        )
     else:
         result = await check(
             adapter,

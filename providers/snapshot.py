@@ -28,6 +28,7 @@ class ProviderConfig:
     price_input_per_1m: Decimal = Decimal("0")
     price_output_per_1m: Decimal = Decimal("0")
     api_key: str = field(default="", repr=False)
+    api_key_env: str = ""  # the variable's name: a provider that names one needs it set
 
     @property
     def http_base_url(self) -> str:
@@ -189,6 +190,7 @@ def build_snapshot(version: int) -> Snapshot:
             price_input_per_1m=row.price_input_per_1m,
             price_output_per_1m=row.price_output_per_1m,
             api_key=os.environ.get(row.api_key_env, "") if row.api_key_env else "",
+            api_key_env=row.api_key_env,
         )
         for row in Provider.objects.filter(enabled=True).order_by("priority", "name")
     )

@@ -376,3 +376,23 @@ async def test_the_status_page_says_the_primary_is_down_by_its_health_checks(
     assert [row.health for row in status.providers] == [DOWN, HEALTHY]
     assert (status.serving.tier, status.serving.provider) == ("secondary", "openai-cloud")
     assert status.serving.why == "ollama-local: down by its health checks"
+
+
+@with_db
+async def test_a_provider_whose_key_variable_is_unset_is_bad_without_a_call(
+    gateway, secondary, monkeypatch
+):
+    from providers.models import Provider
+
+    monkeypatch.delenv("TEST_SENTINEL_CLOUD_KEY", raising=False)
+    await sync_to_async(Provider.objects.filter(name="openai-cloud").update)(
+        api_key_env="TEST_SENTINEL_CLOUD_KEY"
+    )
+    await gateway.snapshots.refresh()
+    calls = secondary.calls
+
+    found = {f.name: f for f in await sentinel_run(gateway)}
+
+    cloud = found["openai-cloud"].result
+    assert cloud.ok is False and "TEST_SENTINEL_CLOUD_KEY is not set" in cloud.detail
+    assert secondary.calls == calls  # nothing was asked of it

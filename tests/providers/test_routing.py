@@ -528,3 +528,26 @@ async def test_a_self_hosted_providers_spend_never_counts_against_a_cloud_budget
     budget = await sync_to_async(Budget.objects.get)()
     spent = await sync_to_async(budget_spend)(budget_id=budget.pk, now=clock.time())
     assert spent == Decimal("0.25")
+
+
+async def test_a_provider_whose_key_variable_is_unset_is_skipped_without_a_call(
+    api, gateway, primary, secondary, monkeypatch
+):
+    from providers.models import Provider
+
+    monkeypatch.delenv("TEST_ROUTING_CLOUD_KEY", raising=False)
+    await sync_to_async(Provider.objects.filter(name="openai-cloud").update)(
+        api_key_env="TEST_ROUTING_CLOUD_KEY"
+    )
+    await gateway.snapshots.refresh()
+    primary.stop()
+
+    body = (await ask(api, "Write a limerick.")).json()
+
+    assert body["tier"] == "degraded" and secondary.calls == 0
+    [record] = await ledger_rows(gateway)
+    assert record.attempts[1] == {
+        "provider": "openai-cloud",
+        "outcome": "skipped",
+        "error_class": "api_key_missing",
+    }
