@@ -21,7 +21,6 @@ hang (no answer until the client goes away, at most HANG_CAP_SECONDS). A mode se
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import hmac
 import json
@@ -31,12 +30,10 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
-import uvicorn
-
-from providers.fake_provider import FakeProviderServer, bind_socket
+from providers.fake_provider.app import disconnected_within, read_body
+from providers.fake_provider.server import LoopbackServer
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +44,6 @@ Send = Callable[[Message], Awaitable[None]]
 
 MODES = ("ok", "unauthorized", "error", "hang", "rate_limit")
 HANG_CAP_SECONDS = 60.0
-_START_TIMEOUT = 10.0
 TELEGRAM_PATH = re.compile(r"/bot(?P<token>[^/]+)/(?P<method>[A-Za-z]+)")
 
 
@@ -158,7 +154,7 @@ class FakeReceiverApp:
         headers = {
             name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]
         }
-        body = await _read_body(receive)
+        body = await read_body(receive)
         try:
             payload = json.loads(body) if body else None
         except ValueError:
@@ -170,7 +166,7 @@ class FakeReceiverApp:
         )
         logger.info("%s %s -> %s", method, path, "hang" if reply is None else reply.status)
         if reply is None:
-            if not await _disconnected_within(receive, HANG_CAP_SECONDS):
+            if not await disconnected_within(receive, HANG_CAP_SECONDS):
                 await _deliver(_text(504, "hung for the maximum time"), send)
             return
         await _deliver(reply, send)
@@ -265,27 +261,6 @@ def _slack(method: str, mode: str, retry_after: int) -> Reply | None:
     return _text(200, "ok")
 
 
-async def _read_body(receive: Receive) -> bytes:
-    body = b""
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return body
-        body += message.get("body", b"")
-        if not message.get("more_body"):
-            return body
-
-
-async def _disconnected_within(receive: Receive, seconds: float) -> bool:
-    try:
-        async with asyncio.timeout(seconds):
-            while (await receive())["type"] != "http.disconnect":
-                pass
-    except TimeoutError:
-        return False
-    return True
-
-
 async def _deliver(reply: Reply, send: Send) -> None:
     headers = [
         (b"content-type", reply.content_type.encode()),
@@ -296,9 +271,11 @@ async def _deliver(reply: Reply, send: Send) -> None:
     await send({"type": "http.response.body", "body": reply.body})
 
 
-class FakeReceiver:
+class FakeReceiver(LoopbackServer):
     """The fake receiver on 127.0.0.1 (a free port unless given) for as long as it is started;
     usable as a context manager."""
+
+    label = "fake receiver"
 
     def __init__(
         self,
@@ -310,76 +287,18 @@ class FakeReceiver:
         hook_header: str = "X-Failover-Signature",
     ) -> None:
         self.state = ReceiverState()
-        self.app = FakeReceiverApp(
+        app = FakeReceiverApp(
             self.state,
             telegram_token=telegram_token,
             hook_secret=hook_secret,
             hook_header=hook_header,
         )
-        self.host = host
-        self.port = port
-        self._server: FakeProviderServer | None = None
-        self._thread: threading.Thread | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        super().__init__(app, host=host, port=port)
 
     @property
     def telegram_base_url(self) -> str:
         """What a Telegram channel's api_base_url is set to."""
         return self.url
-
-    def start(self) -> FakeReceiver:
-        if self._thread is not None:
-            return self
-        sock = bind_socket(self.host, self.port)
-        self.port = sock.getsockname()[1]
-        sock.listen(128)
-        config = uvicorn.Config(
-            self.app,
-            lifespan="off",
-            log_level="warning",
-            log_config=None,
-            access_log=False,
-            timeout_graceful_shutdown=2,
-        )
-        # The fake provider's server: a pre-bound socket, connections dropped on stop (a
-        # hanging request's client sees the connection reset).
-        server = FakeProviderServer(config)
-        thread = threading.Thread(
-            target=server.run_until_stopped, args=(sock,), name=f"fake-receiver-{self.port}"
-        )
-        thread.daemon = True
-        thread.start()
-        if not server.ready.wait(_START_TIMEOUT) or not server.started:
-            server.should_exit = True
-            thread.join(_START_TIMEOUT)
-            raise RuntimeError(f"the fake receiver did not start on {self.url}")
-        self._server, self._thread = server, thread
-        return self
-
-    def stop(self) -> None:
-        server, thread = self._server, self._thread
-        if server is None or thread is None:
-            return
-        server.should_exit = True
-        thread.join(_START_TIMEOUT)
-        if thread.is_alive():
-            server.force_exit = True
-            thread.join(_START_TIMEOUT)
-        self._server = self._thread = None
-
-    def __enter__(self) -> FakeReceiver:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def set_mode(self, mode: str, *, times: int | None = None, retry_after: int = 1) -> None:
         """Answer the next `times` requests (all, when None) in `mode`."""

@@ -72,7 +72,7 @@ class FakeProviderApp:
         dialect, endpoint = route
         chat = endpoint == "chat"
         config, rate_fail = self.state.record(path, chat=chat)
-        body = await _read_body(receive) if method == "POST" else b""
+        body = await read_body(receive) if method == "POST" else b""
         # GET /v1/models is shared: OpenAI's clients send a bearer key, Anthropic's x-api-key.
         key_dialects = (OPENAI, ANTHROPIC) if endpoint == "models" else (dialect,)
         if (
@@ -107,7 +107,7 @@ class FakeProviderApp:
         if reply.stream:
             await _stream(reply, stall, config.chunk_delay_ms / 1000, receive, send)
             return
-        if stall and await _disconnected_within(receive, stall):
+        if stall and await disconnected_within(receive, stall):
             return
         await _deliver(reply, send)
 
@@ -121,7 +121,7 @@ class FakeProviderApp:
             reply = dialects.json_reply(200, self.state.stats())
         elif (method, path) == ("POST", "/_control/fault"):
             try:
-                changes = json.loads(await _read_body(receive) or b"{}")
+                changes = json.loads(await read_body(receive) or b"{}")
                 if not isinstance(changes, dict):
                     raise ConfigError("body", "must be a JSON object")
                 config = self.state.update(changes)
@@ -250,12 +250,12 @@ async def _fault(
 ) -> bool:
     """Play the fault before answering; True when the call is done with."""
     if mode == "hang":
-        if not await _disconnected_within(receive, HANG_CAP_SECONDS):
+        if not await disconnected_within(receive, HANG_CAP_SECONDS):
             message = "The fake provider hung for its maximum time."
             await _deliver(dialects.error(dialect, "error", status=504, message=message), send)
         return True
     if mode == "slow":
-        return await _disconnected_within(receive, config.delay_ms / 1000)
+        return await disconnected_within(receive, config.delay_ms / 1000)
     if mode in _ERROR_MODES:
         prompt_tokens = dialects.count_words(request.get("messages"))
         reply = dialects.error(
@@ -306,7 +306,7 @@ async def _stream(reply: Reply, stall: float, pace: float, receive: Receive, sen
     await send({"type": "http.response.start", "status": reply.status, "headers": headers})
     for index, chunk in enumerate(reply.chunks):
         wait = pace if index else stall
-        if wait and await _disconnected_within(receive, wait):
+        if wait and await disconnected_within(receive, wait):
             return
         await send({"type": "http.response.body", "body": chunk, "more_body": True})
     await send({"type": "http.response.body", "body": b""})
@@ -321,7 +321,7 @@ async def _cut(reply: Reply, delay: float, receive: Receive, send: Send) -> None
         first = first[: len(first) // 2]
     await send({"type": "http.response.start", "status": reply.status, "headers": headers})
     await send({"type": "http.response.body", "body": first, "more_body": True})
-    if delay and await _disconnected_within(receive, delay):
+    if delay and await disconnected_within(receive, delay):
         return
     # ASGI has no "abort": reach the server's transport behind `send` (uvicorn's cycle has it).
     transport = getattr(getattr(send, "__self__", None), "transport", None)
@@ -329,10 +329,10 @@ async def _cut(reply: Reply, delay: float, receive: Receive, send: Send) -> None
         raise ConnectionAbortedError("fake provider: cut_stream")
     transport.close()
     # Returning once the server has seen the connection go keeps it from logging an error.
-    await _disconnected_within(receive, 5.0)
+    await disconnected_within(receive, 5.0)
 
 
-async def _read_body(receive: Receive) -> bytes:
+async def read_body(receive: Receive) -> bytes:
     body = b""
     while True:
         message = await receive()
@@ -343,7 +343,7 @@ async def _read_body(receive: Receive) -> bytes:
             return body
 
 
-async def _disconnected_within(receive: Receive, seconds: float) -> bool:
+async def disconnected_within(receive: Receive, seconds: float) -> bool:
     """Wait up to `seconds` for the client to go away; True if it did."""
     try:
         async with asyncio.timeout(seconds):

@@ -10,7 +10,7 @@ import socket
 import threading
 from collections.abc import Iterable
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import uvicorn
 
@@ -75,24 +75,14 @@ class FakeProviderServer(uvicorn.Server):
         await super().shutdown(sockets=sockets)
 
 
-class FakeProvider:
-    """The fake provider on 127.0.0.1 for as long as it is started; usable as a context manager.
+class LoopbackServer:
+    """An ASGI app served by uvicorn on a background thread for as long as it is started;
+    usable as a context manager. The fake provider and the alerts' fake receiver are these."""
 
-    `models`, `api_key`, `text` and any fault field form the config that `reset` returns to.
-    """
+    label = "server"
 
-    def __init__(
-        self,
-        *,
-        models: Iterable[str] = DEFAULT_MODELS,
-        api_key: str | None = None,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        **fault: Any,
-    ) -> None:
-        defaults = FakeConfig().updated({"models": list(models), "api_key": api_key, **fault})
-        self.state = FakeState(defaults)
-        self.app = FakeProviderApp(self.state)
+    def __init__(self, app: Any, *, host: str, port: int) -> None:
+        self.app = app
         self.host = host
         self.port = port
         self._server: FakeProviderServer | None = None
@@ -106,7 +96,7 @@ class FakeProvider:
     def running(self) -> bool:
         return self._thread is not None
 
-    def start(self) -> FakeProvider:
+    def start(self) -> Self:
         if self._thread is not None:
             return self
         sock = bind_socket(self.host, self.port)
@@ -116,14 +106,16 @@ class FakeProvider:
             uvicorn_config(self.app, log_config=None, timeout_graceful_shutdown=2)
         )
         thread = threading.Thread(
-            target=server.run_until_stopped, args=(sock,), name=f"fake-provider-{self.port}"
+            target=server.run_until_stopped,
+            args=(sock,),
+            name=f"{self.label.replace(' ', '-')}-{self.port}",
         )
         thread.daemon = True
         thread.start()
         if not server.ready.wait(_TIMEOUT) or not server.started:
             server.should_exit = True
             thread.join(_TIMEOUT)
-            raise RuntimeError(f"the fake provider did not start on {self.url}")
+            raise RuntimeError(f"the {self.label} did not start on {self.url}")
         self._server, self._thread = server, thread
         return self
 
@@ -138,7 +130,7 @@ class FakeProvider:
             thread.join(_TIMEOUT)
         self._server = self._thread = None
 
-    def __enter__(self) -> FakeProvider:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(
@@ -148,6 +140,28 @@ class FakeProvider:
         traceback: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+class FakeProvider(LoopbackServer):
+    """The fake provider on 127.0.0.1 for as long as it is started; usable as a context manager.
+
+    `models`, `api_key`, `text` and any fault field form the config that `reset` returns to.
+    """
+
+    label = "fake provider"
+
+    def __init__(
+        self,
+        *,
+        models: Iterable[str] = DEFAULT_MODELS,
+        api_key: str | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        **fault: Any,
+    ) -> None:
+        defaults = FakeConfig().updated({"models": list(models), "api_key": api_key, **fault})
+        self.state = FakeState(defaults)
+        super().__init__(FakeProviderApp(self.state), host=host, port=port)
 
     # Control, in-process: the same fields and checks as POST /_control/fault.
 
