@@ -32,7 +32,7 @@ from providers.snapshot import ProviderConfig
 pytestmark = pytest.mark.backend_free
 
 KINDS = ["ollama", "openai"]
-MODELS = {"ollama": "llama3.1:8b", "openai": "gpt-4o-mini"}
+MODELS = {"ollama": "llama3.1:8b", "openai": "gpt-4o-mini", "anthropic": "claude-3-5-haiku-latest"}
 SYSTEM = "You answer shop questions."
 PROMPT = "Where is my order?"
 PROMPT_WORDS = len(SYSTEM.split()) + len(PROMPT.split())

@@ -19,43 +19,18 @@ from providers.adapters.base import CompletionRequest, CompletionStream, Provide
 from providers.adapters.errors import ErrorClass, ProviderError
 from providers.fake_provider import DEFAULT_TEXT, FakeProvider
 from providers.pool import make_client
-from providers.snapshot import ProviderConfig
+
+from .test_adapters import MODELS, PROMPT, SYSTEM, provider_config, shop_question
 
 # Touches neither the database nor the shared state: the services pass leaves it out.
 pytestmark = pytest.mark.backend_free
 
-MODELS = {
-    "ollama": "llama3.1:8b",
-    "openai": "gpt-4o-mini",
-    "anthropic": "claude-3-5-haiku-latest",
-}
-SYSTEM = "You answer shop questions."
-PROMPT = "Where is my order?"
 PROMPT_WORDS = len(SYSTEM.split()) + len(PROMPT.split())
 ANSWER_WORDS = len(DEFAULT_TEXT.split())
 # Thirty words: paced at 50 ms a chunk, a stream that lasts well over a second.
 LONG_TEXT = " ".join(f"word{i}" for i in range(30))
 # Behaviour bounds, not benchmarks: a wait given 0.3 s must not hang on for seconds.
 TIMEOUT_BOUND_S = 1.5
-
-
-def provider_config(kind: str, url: str, **overrides: Any) -> ProviderConfig:
-    values: dict[str, Any] = {
-        "name": f"{kind}-test",
-        "kind": kind,
-        "base_url": url,
-        "model": MODELS[kind],
-        "priority": 10,
-        "is_local": kind == "ollama",
-        "timeout_s": 5.0,
-        "context_window": 8192,
-    }
-    values.update(overrides)
-    return ProviderConfig(**values)
-
-
-def shop_question(**fields: Any) -> CompletionRequest:
-    return CompletionRequest(prompt=PROMPT, system_prompt=SYSTEM, **fields)
 
 
 async def open_stream(
