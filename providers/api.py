@@ -95,23 +95,17 @@ async def complete(request: HttpRequest) -> JsonResponse:
     if isinstance(parsed, ApiError):
         return error_response(parsed)
 
-    client = request.headers.get("X-Client-Id", "")[:100]
-    request_id = str(uuid.uuid4())
-    routed = RouteRequest(
-        completion=CompletionRequest(
+    routed = route_request(
+        request,
+        parsed,
+        CompletionRequest(
             prompt=parsed.prompt,
             system_prompt=parsed.system_prompt,
             max_tokens=parsed.max_tokens,
             temperature=parsed.temperature,
         ),
-        request_id=request_id,
-        priority=parsed.priority,
-        task=parsed.task,
-        allow_cloud=parsed.allow_cloud,
-        client=client,
-        use_cache=parsed.cache,
-        sticky_key=parsed.user or client,
     )
+    request_id = routed.request_id
     gateway = get_gateway()
     result = await route_safely(routed, gateway)
     latency_ms = round((time.perf_counter() - started) * 1000)
@@ -150,6 +144,25 @@ def checked_envelope(request: HttpRequest) -> ApiError | None:
     if len(request.body) > MAX_BODY_BYTES:
         return ApiError(413, "body_too_large", f"The body may be at most {MAX_BODY_BYTES} bytes.")
     return None
+
+
+def route_request(
+    request: HttpRequest, parsed: Any, completion: CompletionRequest, **extra: Any
+) -> RouteRequest:
+    """The request to route, with the gateway's own fields both endpoints take (priority,
+    task, allow_cloud, cache, user) and the caller's `X-Client-Id`."""
+    client = request.headers.get("X-Client-Id", "")[:100]
+    return RouteRequest(
+        completion=completion,
+        request_id=str(uuid.uuid4()),
+        priority=parsed.priority,
+        task=parsed.task,
+        allow_cloud=parsed.allow_cloud,
+        client=client,
+        use_cache=parsed.cache,
+        sticky_key=parsed.user or client,
+        **extra,
+    )
 
 
 async def route_safely(routed: RouteRequest, gateway: Gateway) -> RouteResult:

@@ -28,7 +28,8 @@ async def admit(walk: Walk, provider: ProviderConfig) -> Ticket | AttemptResult:
     """The breaker's and the budgets' say before a call: a ticket, or why it is skipped."""
     request, policy, gateway = walk.request, walk.policy, walk.gateway
     store, name = gateway.store, provider.name
-    if gateway.adapters.get(provider) is None:
+    adapter = gateway.adapters.get(provider)
+    if adapter is None:
         return AttemptResult(Attempt(name, "skipped", "unsupported_kind"))
     if provider.api_key_env and not provider.api_key:
         # Its key variable isn't set in this process: a call could only be refused.
@@ -72,7 +73,7 @@ async def admit(walk: Walk, provider: ProviderConfig) -> Ticket | AttemptResult:
             breaker.BreakerEvent(breaker.EventKind.PROBE_REJECTED, name, gateway.clock.wall())
         )
         return AttemptResult(Attempt(name, "skipped", "probe_rejected"))
-    return Ticket(provider, state, was_probe, budgets, keys, gateway.clock.mono())
+    return Ticket(provider, adapter, state, was_probe, budgets, keys, gateway.clock.mono())
 
 
 def health_gate(walk: Walk, state: BreakerState) -> str:
@@ -115,8 +116,7 @@ async def attempt(
     if isinstance(admitted, AttemptResult):
         return admitted
     ticket, gateway, name = admitted, walk.gateway, provider.name
-    adapter = gateway.adapters.get(provider)
-    assert adapter is not None  # checked on admission
+    adapter = ticket.adapter
     request = walk.request.completion
     # The time left is measured now, after the bookkeeping, so the call can't overrun it.
     timeout = max(MIN_ATTEMPT_S, min(provider.timeout_s, walk.deadline - ticket.started))

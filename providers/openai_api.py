@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import json
 import time
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
@@ -28,6 +27,7 @@ from .api import (
     failover_headers,
     json_errors,
     record_call,
+    route_request,
     route_safely,
 )
 from .gateway import Gateway, get_gateway
@@ -118,10 +118,10 @@ async def chat_completions(request: HttpRequest) -> HttpResponseBase:
             )
         prefer = parsed.model
 
-    client = request.headers.get("X-Client-Id", "")[:100]
-    request_id = str(uuid.uuid4())
-    routed = RouteRequest(
-        completion=CompletionRequest(
+    routed = route_request(
+        request,
+        parsed,
+        CompletionRequest(
             prompt=parsed.prompt,
             system_prompt=parsed.system_prompt,
             history=parsed.history,
@@ -130,16 +130,10 @@ async def chat_completions(request: HttpRequest) -> HttpResponseBase:
             top_p=parsed.top_p,
             stop=parsed.stop,
         ),
-        request_id=request_id,
-        priority=parsed.priority,
-        task=parsed.task,
-        allow_cloud=parsed.allow_cloud,
-        client=client,
         stream=parsed.stream,
-        use_cache=parsed.cache,
         prefer=prefer,
-        sticky_key=parsed.user or client,
     )
+    request_id = routed.request_id
     result = await route_safely(routed, gateway)
     headers = failover_headers(result, request_id)
     if result.error is not None:

@@ -42,6 +42,11 @@ class ProviderConfig:
         ) / 1_000_000
 
 
+def bucket_width(failure_window_s: int, p95_window_s: int) -> int:
+    """Width of the breaker's statistics buckets: at most ~120 buckets per window."""
+    return max(1, -(-max(failure_window_s, p95_window_s) // 120))
+
+
 @dataclass(frozen=True, slots=True)
 class PolicyConfig:
     consecutive_failures: int = 3
@@ -82,8 +87,7 @@ class PolicyConfig:
 
     @property
     def bucket_s(self) -> int:
-        """Width of the breaker's statistics buckets: at most ~120 buckets per window."""
-        return max(1, -(-max(self.failure_window_s, self.p95_window_s) // 120))
+        return bucket_width(self.failure_window_s, self.p95_window_s)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from .adapters.base import Completion, CompletionRequest, CompletionStream
+from .adapters.base import Completion, CompletionRequest, CompletionStream, ProviderAdapter
 from .adapters.errors import ProviderError
 from .breaker import BreakerEvent, BreakerState
 from .gateway import Gateway
@@ -75,6 +75,7 @@ class Ticket:
     """An admitted call: what its settling needs."""
 
     provider: ProviderConfig
+    adapter: ProviderAdapter
     state: BreakerState
     was_probe: bool
     budgets: list[BudgetConfig]

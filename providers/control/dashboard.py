@@ -17,6 +17,7 @@ from ..gateway import Gateway, get_gateway
 from ..health import Health
 from ..models import FailoverPolicy, Incident, KillSwitch, Provider
 from ..selectors import policy_get
+from ..snapshot import bucket_width
 from ..state import Windows, WindowSummary, spend_key
 
 HEALTHY, DEGRADED, DOWN, OFF = "healthy", "degraded", "down", "disabled"
@@ -147,7 +148,7 @@ async def _shared_state(
     gateway: Gateway, providers: list[Provider], budgets: list[Budget], policy: FailoverPolicy
 ) -> tuple[list[tuple[BreakerState, WindowSummary, dict[str, float]]], dict[str, float]]:
     windows = Windows(
-        max(1, -(-max(policy.failure_window_s, policy.p95_window_s) // 120)),
+        bucket_width(policy.failure_window_s, policy.p95_window_s),
         policy.failure_window_s,
         policy.p95_window_s,
     )

@@ -4,10 +4,7 @@ would."""
 
 from __future__ import annotations
 
-import asyncio
 import os
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +20,7 @@ from tests.providers.conftest import (  # noqa: F401 - fixtures used through the
     primary,
     providers_configured,
     secondary,
+    serve_platform,
 )
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
@@ -74,36 +72,11 @@ def page(browser):
 @pytest.fixture
 def platform_url(providers_configured) -> Iterator[str]:  # noqa: F811
     """The whole platform on a loopback port, with its own gateway."""
-    import uvicorn
-
-    from failover_site.asgi import application
-
     _flush_test_redis()
     gateway = Gateway(store=make_store())
     set_gateway(gateway)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(
-        uvicorn.Config(application, lifespan="off", log_level="warning", timeout_keep_alive=5)
-    )
-
-    async def serve() -> None:
-        try:
-            await server.serve(sockets=[sock])
-        finally:
-            await gateway.aclose()
-
-    thread = threading.Thread(target=asyncio.run, args=(serve(),), daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "the live server did not start"
-        time.sleep(0.01)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=15)
-    sock.close()
+    with serve_platform(gateway.aclose) as url:
+        yield url
     set_gateway(None)
     _flush_test_redis()
 

@@ -3,14 +3,19 @@ and an HTTP client speaking to the real ASGI application."""
 
 from __future__ import annotations
 
+import asyncio
+import socket
+import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from decimal import Decimal
 
 import httpx
 import pytest
 import redis
+import uvicorn
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import connections
@@ -142,17 +147,10 @@ async def update_policy(**values) -> None:
     await get_gateway().snapshots.refresh()
 
 
-@pytest.fixture
-def live_url(gateway) -> Iterator[str]:
+@contextmanager
+def serve_platform(on_stop: Callable[[], Awaitable[None]]) -> Iterator[str]:
     """The real ASGI application served by uvicorn on a loopback port, in a thread of this
-    process, sharing the test's gateway: for clients that need a real socket (streaming, the
-    official SDKs, a client that hangs up)."""
-    import asyncio
-    import socket
-    import threading
-
-    import uvicorn
-
+    process; `on_stop` runs on the server's loop as it ends (its connections are that loop's)."""
     from failover_site.asgi import application
 
     sock = socket.socket()
@@ -165,9 +163,8 @@ def live_url(gateway) -> Iterator[str]:
     async def serve() -> None:
         try:
             await server.serve(sockets=[sock])
-        finally:  # this loop's provider connections and Redis clients
-            await gateway.adapters.aclose()
-            await gateway.store.aclose()
+        finally:
+            await on_stop()
 
     thread = threading.Thread(target=asyncio.run, args=(serve(),), daemon=True)
     thread.start()
@@ -175,7 +172,22 @@ def live_url(gateway) -> Iterator[str]:
     while not server.started:
         assert time.monotonic() < deadline, "the live server did not start"
         time.sleep(0.01)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
-    sock.close()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+        sock.close()
+
+
+@pytest.fixture
+def live_url(gateway) -> Iterator[str]:
+    """The platform on a real socket, sharing the test's gateway: for clients that need one
+    (streaming, the official SDKs, a client that hangs up)."""
+
+    async def release_this_loops_connections() -> None:
+        await gateway.adapters.aclose()
+        await gateway.store.aclose()
+
+    with serve_platform(release_this_loops_connections) as url:
+        yield url
