@@ -77,3 +77,21 @@ def closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def child_process_env(data_dir: object, **extra: str) -> dict[str, str]:
+    """The environment for a serving or worker process a test starts: this pass's test
+    database (PostgreSQL: a child can't share SQLite's in-memory one) and Redis."""
+    from django.db import connection
+
+    database = connection.settings_dict
+    return {
+        **os.environ,
+        "ENV_FILE": "",
+        "DEBUG": "true",
+        "DATA_DIR": str(data_dir),
+        "DATABASE_URL": f"postgres://{database['USER']}@{database['HOST'] or '127.0.0.1'}:"
+        f"{database['PORT'] or 5432}/{database['NAME']}",
+        "REDIS_URL": settings.REDIS_URL,
+        **extra,
+    }

@@ -5,7 +5,6 @@ and what the alert policy keeps from being sent."""
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import sys
 import time
@@ -14,12 +13,12 @@ from pathlib import Path
 
 import pytest
 from asgiref.sync import sync_to_async
-from django.db import connection
 
 from alerts.fake_receiver import FakeReceiver
 from alerts.models import AlertChannel, AlertEvent
 from alerts.raising import incident_opened, static_tier_active
 from providers.models import Incident
+from tests.conftest import child_process_env
 from tests.providers.conftest import ask, update_policy
 
 from .builders import TELEGRAM_TOKEN, TELEGRAM_TOKEN_ENV, telegram_channel
@@ -36,17 +35,7 @@ def celery_worker(gateway, tmp_path, monkeypatch) -> Iterator[None]:
 
     assert settings.BACKGROUND_JOBS == "celery"
     monkeypatch.setenv(TELEGRAM_TOKEN_ENV, TELEGRAM_TOKEN)
-    database = connection.settings_dict
-    env = {
-        **os.environ,
-        "ENV_FILE": "",
-        "DEBUG": "true",
-        "DATA_DIR": str(tmp_path),
-        "DATABASE_URL": f"postgres://{database['USER']}@{database['HOST'] or '127.0.0.1'}:"
-        f"{database['PORT'] or 5432}/{database['NAME']}",
-        "REDIS_URL": settings.REDIS_URL,
-        TELEGRAM_TOKEN_ENV: TELEGRAM_TOKEN,
-    }
+    env = child_process_env(tmp_path, **{TELEGRAM_TOKEN_ENV: TELEGRAM_TOKEN})
     log_path = tmp_path / "celery.log"
     log = log_path.open("w")
     worker = subprocess.Popen(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
 import sys
@@ -14,10 +13,10 @@ import httpx
 import pytest
 import redis
 from django.conf import settings
-from django.db import connection
 
 from billing.models import CallRecord
 from providers.selectors import policy_get
+from tests.conftest import child_process_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,16 +35,7 @@ def _free_port() -> int:
 def serving_processes(providers_configured, tmp_path):
     """Two uvicorn processes on the test database and the test Redis."""
     redis.Redis.from_url(settings.REDIS_URL).flushdb()
-    database = connection.settings_dict
-    env = {
-        **os.environ,
-        "ENV_FILE": "",
-        "DEBUG": "true",
-        "DATA_DIR": str(tmp_path),
-        "DATABASE_URL": f"postgres://{database['USER']}@{database['HOST'] or '127.0.0.1'}:"
-        f"{database['PORT'] or 5432}/{database['NAME']}",
-        "REDIS_URL": settings.REDIS_URL,
-    }
+    env = child_process_env(tmp_path)
     processes, urls = [], []
     for _ in range(2):
         port = _free_port()
