@@ -16,10 +16,9 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from alerts.delivery import send_test_alert
+from alerts.models import AlertChannel, AlertEvent
 from providers.admin_audit import AuditedModelAdmin, ReadOnlyModelAdmin
-
-from .delivery import send_test_alert
-from .models import AlertChannel, AlertEvent
 
 
 def _short(text: str, limit: int = 80) -> str:

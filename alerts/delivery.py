@@ -15,8 +15,15 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from .channels import TransportError, channel_for
-from .models import AlertChannel, AlertEvent, EventKind, EventStatus, Severity, severities_up_to
+from alerts.channels import TransportError, channel_for
+from alerts.models import (
+    AlertChannel,
+    AlertEvent,
+    EventKind,
+    EventStatus,
+    Severity,
+    severities_up_to,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 
-from .channels import CHANNELS, KIND_CHOICES
+from alerts.channels import CHANNELS, KIND_CHOICES
 
 
 class Severity(models.TextChoices):

@@ -27,10 +27,11 @@ from django.db import transaction
 from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
+from alerts import dispatch
+from alerts.models import AlertEvent
+from billing.models import Budget, CallRecord
 from providers.models import FailoverPolicy, Incident, Provider
 from providers.selectors import policy_get
-
-from .models import AlertEvent
 
 logger = logging.getLogger(__name__)
 
@@ -53,8 +54,6 @@ def alert_raise(
 ) -> AlertEvent:
     """Keep the event; deliver it unless one with the same key went out within the cooldown
     (or ever, with `once`). Serialized across processes on the policy row's lock."""
-    from providers.scheduler import enqueue
-
     with _raising, transaction.atomic():
         policy = FailoverPolicy.objects.select_for_update().get(pk=policy_get().pk)
         earlier = AlertEvent.objects.filter(key=key, status__in=SENT)
@@ -73,7 +72,9 @@ def alert_raise(
             suppressed_reason=("already raised" if once else "cooldown") if duplicate else "",
         )
         if not duplicate:
-            transaction.on_commit(lambda: enqueue("deliver_alert", event.pk, local=local))
+            transaction.on_commit(
+                lambda: dispatch.hand_over(dispatch.DELIVER_ALERT, event.pk, local=local)
+            )
     return event
 
 
@@ -100,9 +101,7 @@ def _next_provider(name: str) -> str:
 
 def incident_opened(incident: Incident) -> None:
     """Wait out the flap window, then judge (a scheduled one-off job)."""
-    from providers.scheduler import enqueue
-
-    enqueue("failover_check", incident.pk, countdown=policy_get().flap_window_s)
+    dispatch.hand_over(dispatch.FAILOVER_CHECK, incident.pk, countdown=policy_get().flap_window_s)
 
 
 def failover_check(incident_id: int) -> AlertEvent | None:
@@ -141,8 +140,6 @@ def failover_check(incident_id: int) -> AlertEvent | None:
 
 
 def cloud_spend_between(started: Any, ended: Any) -> Decimal:
-    from billing.models import CallRecord
-
     cloud = Provider.objects.filter(is_local=False).values_list("name", flat=True)
     total = CallRecord.objects.filter(
         created_at__gte=started, created_at__lte=ended, final_provider__in=list(cloud)
@@ -179,8 +176,6 @@ def incident_closed(incident: Incident) -> AlertEvent | None:
 
 
 def budget_crossed(budget_id: int, used_pct: float, period: str) -> AlertEvent | None:
-    from billing.models import Budget
-
     budget = Budget.objects.filter(pk=budget_id).select_related("provider").first()
     if budget is None:
         return None
@@ -203,8 +198,6 @@ def budget_crossed(budget_id: int, used_pct: float, period: str) -> AlertEvent |
 
 
 def cloud_share_check() -> AlertEvent | None:
-    from billing.models import CallRecord
-
     policy = policy_get()
     since = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
     cloud = list(Provider.objects.filter(is_local=False).values_list("name", flat=True))

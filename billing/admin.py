@@ -12,9 +12,8 @@ from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
+from billing.models import Budget, CallRecord
 from providers.admin_audit import AuditedModelAdmin, ReadOnlyModelAdmin
-
-from .models import Budget, CallRecord
 
 
 @admin.register(Budget)

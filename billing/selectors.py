@@ -7,7 +7,8 @@ from decimal import Decimal
 
 from django.db.models import Q, Sum
 
-from .models import Budget, BudgetPeriod, BudgetScope, CallRecord
+from billing.models import Budget, BudgetPeriod, BudgetScope, CallRecord
+from providers.models import Provider
 
 
 def period_start(period: str, now: float) -> datetime:
@@ -21,8 +22,6 @@ def budget_spend(*, budget_id: int, now: float) -> Decimal:
     """What the ledger says a budget's scope spent in its current period (the truth the
     state store's counters are rebuilt from)."""
     budget = Budget.objects.select_related("provider").get(pk=budget_id)
-    from providers.models import Provider
-
     records = CallRecord.objects.filter(created_at__gte=period_start(budget.period, now))
     if budget.scope == BudgetScope.PROVIDER and budget.provider is not None:
         records = records.filter(final_provider=budget.provider.name)

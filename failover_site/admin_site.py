@@ -21,12 +21,15 @@ class FailoverAdminSite(admin.AdminSite):
     index_template = "control/index.html"
 
     def get_urls(self) -> list[URLResolver | URLPattern]:
+        # The admin site is made while Django fills its app registry (the admin app's
+        # default site), before the control room's models can be imported: its views load
+        # when the URLs are first asked for.
         from providers.control.urls import control_urls
 
         return control_urls(self) + super().get_urls()
 
     def index(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
-        from providers.control.status_views import status_context
+        from providers.control.status_views import status_context  # as get_urls: models
 
         context = {**status_context(request), **(extra_context or {})}
         response = super().index(request, context)

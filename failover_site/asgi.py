@@ -15,11 +15,16 @@ import os
 from typing import Any
 
 import django
-from django.conf import settings
-
-from .handlers import ApiHandler, CappedASGIHandler
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "failover_site.settings")
+django.setup(set_prefix=False)
+
+# The rest needs Django set up (their modules import models), hence after the call above.
+from django.conf import settings  # noqa: E402
+
+from failover_site.handlers import ApiHandler, CappedASGIHandler  # noqa: E402
+from failover_site.runtime.gateway import get_gateway  # noqa: E402
+from failover_site.runtime.scheduler import InProcessScheduler, serving_process_jobs  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -27,7 +32,6 @@ logger = logging.getLogger(__name__)
 API_PREFIXES = ("/api/", "/v1/")
 
 
-django.setup(set_prefix=False)
 django_application: Any = CappedASGIHandler()
 if settings.SERVE_STATIC:
     # Django's own static handler (the one runserver uses): fine for the admin's assets in the
@@ -48,9 +52,6 @@ async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
 
 
 async def _lifespan(receive: Any, send: Any) -> None:
-    from providers.gateway import get_gateway
-    from providers.scheduler import InProcessScheduler, serving_process_jobs
-
     scheduler = InProcessScheduler(get_gateway(), serving_process_jobs())
     while True:
         message = await receive()

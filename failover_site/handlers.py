@@ -18,6 +18,10 @@ from django.core.handlers.exception import convert_exception_to_response
 from django.http import HttpResponse, HttpResponseBase
 from django.urls import set_script_prefix
 
+from providers.api.common import MAX_BODY_BYTES, error_response
+from providers.api.openai_chat import openai_error
+from providers.api.validation import ApiError
+
 
 class BodyTooLarge(Exception):
     pass
@@ -83,15 +87,9 @@ class ApiHandler(CappedASGIHandler):
     """
 
     def body_limit(self) -> int:
-        from providers.api import MAX_BODY_BYTES
-
         return MAX_BODY_BYTES
 
     def too_large(self, scope: dict[str, Any]) -> HttpResponseBase:
-        from providers.api import error_response
-        from providers.openai_api import openai_error
-        from providers.validation import ApiError
-
         limit = self.body_limit()
         render = openai_error if scope["path"].startswith("/v1/") else error_response
         return render(ApiError(413, "body_too_large", f"The body may be at most {limit} bytes."))

@@ -19,6 +19,8 @@ from django.db import connection
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_GET
 
+from failover_site.runtime.gateway import get_gateway
+
 # A probe that waits longer than the balancer's own timeout is worse than a clear "no".
 CHECK_TIMEOUT_S = 2.0
 
@@ -30,8 +32,6 @@ async def healthz(request: HttpRequest) -> JsonResponse:
 
 @require_GET
 async def readyz(request: HttpRequest) -> JsonResponse:
-    from providers.gateway import get_gateway
-
     database, redis_check = await asyncio.gather(_check_database(), _check_redis())
     if not redis_check["ok"]:
         redis_check["routing"] = "on this process's local state until Redis is back"

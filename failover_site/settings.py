@@ -70,6 +70,7 @@ INSTALLED_APPS = [
     "providers",
     "billing",
     "alerts",
+    "failover_site.runtime.apps.RuntimeConfig",
 ]
 
 MIDDLEWARE = [

@@ -8,12 +8,12 @@ from django.db import models
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 
-from .admin_audit import AuditedModelAdmin, ReadOnlyModelAdmin
-from .models import ChangeAction, ConfigChange, FailoverPolicy, Provider, StaticAnswer
-from .selectors import policy_get
-from .services import config_change_record
+from providers.admin_audit import AuditedModelAdmin, ReadOnlyModelAdmin
+from providers.models import ChangeAction, ConfigChange, FailoverPolicy, Provider, StaticAnswer
+from providers.selectors import policy_get
+from providers.services.audit import config_change_record
 
-KILL_SWITCH_FIELDS = ("kill_switch", "kill_switch_provider", "kill_switch_reason")
+KILL_SWITCH_FIELDS = FailoverPolicy.KILL_SWITCH_FIELDS
 
 
 @admin.register(Provider)
@@ -52,59 +52,8 @@ class ProviderAdmin(AuditedModelAdmin):
 
 @admin.register(FailoverPolicy)
 class FailoverPolicyAdmin(AuditedModelAdmin):
-    fieldsets = (
-        ("Kill switch", {"fields": KILL_SWITCH_FIELDS}),
-        (
-            "Circuit breaker",
-            {
-                "fields": (
-                    "consecutive_failures",
-                    ("failure_rate_pct", "failure_window_s", "failure_min_calls"),
-                    ("slow_call_s", "slow_call_rate_pct"),
-                    ("p95_latency_s", "p95_window_s"),
-                    ("cooldown_s", "cooldown_multiplier", "max_cooldown_s"),
-                    "half_open_probes",
-                )
-            },
-        ),
-        (
-            "Health sentinel",
-            {
-                "fields": (
-                    ("sentinel_interval_s", "sentinel_check_timeout_s"),
-                    ("sentinel_window", "sentinel_degraded_after"),
-                    "sentinel_down_after_s",
-                    "sentinel_paid_probe",
-                    # The keepalive's pings count as the secondary's health checks.
-                    ("keepalive_enabled", "keepalive_interval_s"),
-                )
-            },
-        ),
-        (
-            "Requests",
-            {
-                "fields": (
-                    ("request_deadline_s", "first_token_timeout_s"),
-                    ("strategy", "hedge_after_ms"),
-                    "local_only_tasks",
-                    "no_fallback_tasks",
-                )
-            },
-        ),
-        ("Alerts", {"fields": ("alert_cooldown_s", "flap_window_s")}),
-        (
-            "Cost, cache and static answers",
-            {
-                "fields": (
-                    "cloud_share_target_pct",
-                    ("cache_mode", "cache_ttl_s"),
-                    "static_match_threshold",
-                    "degradation_message",
-                    "store_prompts",
-                )
-            },
-        ),
-    )
+    # One layout for the admin and the control room's thresholds editor: the model's own.
+    fieldsets = tuple((title, {"fields": lines}) for title, lines in FailoverPolicy.FIELD_GROUPS)
     readonly_fields = ("updated_at",)
 
     def has_add_permission(self, request: HttpRequest) -> bool:

@@ -11,8 +11,8 @@ from django.db.models import QuerySet
 from django.forms import ModelForm
 from django.http import HttpRequest
 
-from .models import ChangeAction
-from .services import config_change_record, instance_snapshot
+from providers.models import ChangeAction
+from providers.services.audit import config_change_record, instance_snapshot
 
 
 class AuditedModelAdmin(admin.ModelAdmin):

@@ -1,11 +1,97 @@
-"""Reads of the control plane."""
+"""Reads of the control plane: the policy row, and the snapshot the engine routes on."""
 
 from __future__ import annotations
 
-from .models import FailoverPolicy
+import os
+from dataclasses import fields
+
+from billing.models import Budget
+from providers.engine.config import BudgetConfig, PolicyConfig, ProviderConfig, Snapshot
+from providers.engine.faq import FaqEntry, FaqIndex
+from providers.models import FailoverPolicy, Provider, StaticAnswer
 
 
 def policy_get() -> FailoverPolicy:
     """The one policy row, created with the defaults on first read."""
     policy, _ = FailoverPolicy.objects.get_or_create(pk=FailoverPolicy.SINGLETON_ID)
     return policy
+
+
+def policy_config(row: FailoverPolicy, *, forced_provider: str) -> PolicyConfig:
+    """The policy as the engine reads it: every `PolicyConfig` field from the model field of
+    the same name, so a new threshold needs no line here. Only the values the engine holds in
+    another shape are converted: the task lists as sets, the forced provider by name."""
+    converted = {
+        "kill_switch_provider": forced_provider,
+        "local_only_tasks": frozenset(FailoverPolicy.task_list(row.local_only_tasks)),
+        "no_fallback_tasks": frozenset(FailoverPolicy.task_list(row.no_fallback_tasks)),
+    }
+    values = {
+        item.name: converted[item.name] if item.name in converted else getattr(row, item.name)
+        for item in fields(PolicyConfig)
+    }
+    return PolicyConfig(**values)
+
+
+def snapshot_build(*, version: int) -> Snapshot:
+    """The control plane as the engine reads it (sync: call it off the event loop)."""
+    policy_row = policy_get()
+    forced = ""
+    if policy_row.kill_switch_provider_id is not None:
+        forced = (
+            Provider.objects.filter(pk=policy_row.kill_switch_provider_id)
+            .values_list("name", flat=True)
+            .first()
+            or ""
+        )
+    policy = policy_config(policy_row, forced_provider=forced)
+    providers = tuple(
+        ProviderConfig(
+            name=row.name,
+            kind=row.kind,
+            base_url=row.base_url,
+            model=row.model,
+            priority=row.priority,
+            is_local=row.is_local,
+            timeout_s=row.timeout_s,
+            context_window=row.context_window,
+            weight=row.weight,
+            price_input_per_1m=row.price_input_per_1m,
+            price_output_per_1m=row.price_output_per_1m,
+            api_key=os.environ.get(row.api_key_env, "") if row.api_key_env else "",
+            api_key_env=row.api_key_env,
+        )
+        for row in Provider.objects.filter(enabled=True).order_by("priority", "name")
+    )
+    budgets = tuple(
+        BudgetConfig(
+            id=row.pk,
+            scope=row.scope,
+            period=row.period,
+            cap=row.cap,
+            currency=row.currency,
+            warn_pct=row.warn_pct,
+            high_priority_only_pct=row.high_priority_only_pct,
+            hard_stop_pct=row.hard_stop_pct,
+            provider=row.provider.name if row.provider is not None else "",
+            client=row.client,
+        )
+        for row in Budget.objects.filter(enabled=True).select_related("provider")
+    )
+    return Snapshot(
+        version=version,
+        providers=providers,
+        policy=policy,
+        budgets=budgets,
+        faq=faq_index_build(),
+    )
+
+
+def faq_index_build() -> FaqIndex:
+    """The static tier's index over the enabled answers as they are in the database now."""
+    return FaqIndex(
+        tuple(
+            FaqEntry(answer_id=row.pk, answer=row.answer, phrasings=tuple(row.phrasings))
+            for row in StaticAnswer.objects.filter(enabled=True).order_by("pk")
+        )
+    )

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .base import TIMEOUT, Channel, TransportError, event_text
-from .mail import EmailChannel
-from .slack import SlackChannel
-from .telegram import TelegramChannel
-from .webhook import WebhookChannel, signature, webhook_body
+from alerts.channels.base import TIMEOUT, Channel, TransportError, event_text
+from alerts.channels.mail import EmailChannel
+from alerts.channels.slack import SlackChannel
+from alerts.channels.telegram import TelegramChannel
+from alerts.channels.webhook import WebhookChannel, signature, webhook_body
 
 if TYPE_CHECKING:
     from alerts.models import AlertChannel

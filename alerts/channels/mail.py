@@ -12,7 +12,7 @@ from django.core.exceptions import ValidationError
 from django.core.mail import send_mail
 from django.core.validators import validate_email
 
-from .base import Channel, ConfigErrors, TransportError
+from alerts.channels.base import Channel, ConfigErrors, TransportError
 
 if TYPE_CHECKING:
     from alerts.models import AlertEvent

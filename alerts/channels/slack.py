@@ -11,9 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
 
-from providers.models import http_url_validator
-
-from .base import (
+from alerts.channels.base import (
     ConfigErrors,
     HttpChannel,
     TransportError,
@@ -21,6 +19,7 @@ from .base import (
     event_text,
     retry_after_header,
 )
+from providers.models import http_url_validator
 
 if TYPE_CHECKING:
     from alerts.models import AlertEvent

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .base import ConfigErrors, HttpChannel, TransportError, env_secret, event_text
+from alerts.channels.base import ConfigErrors, HttpChannel, TransportError, env_secret, event_text
 
 if TYPE_CHECKING:
     from alerts.models import AlertEvent

@@ -18,7 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 
-from .base import ConfigErrors, HttpChannel, TransportError, env_secret, retry_after_header
+from alerts.channels.base import (
+    ConfigErrors,
+    HttpChannel,
+    TransportError,
+    env_secret,
+    retry_after_header,
+)
 
 if TYPE_CHECKING:
     from alerts.models import AlertEvent

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from .anthropic import AnthropicAdapter
-from .base import ProviderAdapter
-from .ollama import OllamaAdapter
-from .openai import OpenAICompatibleAdapter
+from providers.adapters.anthropic import AnthropicAdapter
+from providers.adapters.base import ProviderAdapter
+from providers.adapters.ollama import OllamaAdapter
+from providers.adapters.openai import OpenAICompatibleAdapter
 
 ADAPTERS: dict[str, type[ProviderAdapter]] = {
     OllamaAdapter.kind: OllamaAdapter,

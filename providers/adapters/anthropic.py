@@ -5,15 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import (
-    Completion,
-    CompletionRequest,
-    CompletionStream,
-    HealthResult,
-    ProviderAdapter,
-    token_count,
-)
-from .errors import ErrorClass
+from providers.adapters.base import ProviderAdapter
+from providers.adapters.errors import ErrorClass
+from providers.adapters.messages import Completion, CompletionRequest, HealthResult, token_count
+from providers.adapters.stream import CompletionStream
 
 API_VERSION = "2023-06-01"
 # The Messages API requires max_tokens; a request that names none gets this many.
@@ -70,15 +65,13 @@ class AnthropicAdapter(ProviderAdapter):
         if not texts:
             raise self.malformed("no text block in the content")
         usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
-        return self.succeeded(
-            Completion(
-                text="".join(texts),
-                provider=self.name,
-                tokens_in=token_count(usage.get("input_tokens")),
-                tokens_out=token_count(usage.get("output_tokens")),
-                latency_ms=latency_ms,
-                finish_reason=str(body.get("stop_reason") or ""),
-            )
+        return Completion(
+            text="".join(texts),
+            provider=self.name,
+            tokens_in=token_count(usage.get("input_tokens")),
+            tokens_out=token_count(usage.get("output_tokens")),
+            latency_ms=latency_ms,
+            finish_reason=str(body.get("stop_reason") or ""),
         )
 
     def stream_request(self, request: CompletionRequest) -> tuple[str, dict[str, Any]]:

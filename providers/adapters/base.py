@@ -1,4 +1,4 @@
-"""The adapter contract, the request and response types, and the one HTTP call site.
+"""The adapter contract and its one HTTP call site (the types it speaks are in `messages`).
 
 An adapter turns a `CompletionRequest` into one upstream call and back into a `Completion`, or
 raises `ProviderError` with the failure classified by the error table. It never retries: the
@@ -11,98 +11,22 @@ import asyncio
 import json
 import time
 from abc import ABC, abstractmethod
-from collections import Counter
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any, ClassVar
 
 import httpx
 
-from ..snapshot import ProviderConfig
-from .errors import ErrorClass, ProviderError, classify_status, parse_retry_after
-
-
-@dataclass(frozen=True, slots=True)
-class CompletionRequest:
-    """What to ask: the question (`prompt`, the last user message), the system prompt, the
-    conversation before the question as (role, text) turns, and the sampling parameters."""
-
-    prompt: str
-    system_prompt: str = ""
-    max_tokens: int | None = None
-    temperature: float | None = None
-    history: tuple[tuple[str, str], ...] = ()  # ("user" | "assistant", text), oldest first
-    top_p: float | None = None
-    stop: tuple[str, ...] = ()
-
-    def messages(self, *, with_system: bool = True) -> list[dict[str, str]]:
-        messages = (
-            [{"role": "system", "content": self.system_prompt}]
-            if self.system_prompt and with_system
-            else []
-        )
-        messages += [{"role": role, "content": text} for role, text in self.history]
-        messages.append({"role": "user", "content": self.prompt})
-        return messages
-
-    def all_text(self) -> str:
-        return "\n".join((self.system_prompt, *(text for _, text in self.history), self.prompt))
-
-
-@dataclass(frozen=True, slots=True)
-class Completion:
-    text: str
-    provider: str
-    tokens_in: int
-    tokens_out: int
-    latency_ms: float
-    is_fallback: bool = False
-    degradation_notice: str | None = None
-    finish_reason: str = ""  # the provider's own word: stop, length, max_tokens, end_turn …
-
-
-class HealthLevel(StrEnum):
-    """How deep a health check goes, in order: each level is checked only once the one before
-    has passed."""
-
-    REACHABLE = "reachable"  # the model list answers (and, for a keyed API, takes the key)
-    MODEL = "model"  # the configured model is in it
-    INFERENCE = "inference"  # a one-token completion answers
-
-
-@dataclass(frozen=True, slots=True)
-class HealthResult:
-    """One health check. `level` is the level that failed, or the deepest one that passed."""
-
-    ok: bool
-    latency_ms: float
-    detail: str = ""
-    error_class: ErrorClass | None = None
-    level: HealthLevel | None = None
-
-
-# The inference level's question: one token of answer is all it needs to see.
-HEALTH_PROBE = CompletionRequest(prompt="Reply with one word: ok", max_tokens=1)
-
-
-@dataclass(slots=True)
-class AdapterMetrics:
-    """What this process saw of one provider: cheap counters, no locks (one event loop)."""
-
-    calls: int = 0
-    successes: int = 0
-    failures: Counter[str] = field(default_factory=Counter)
-    last_latency_ms: float = 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "calls": self.calls,
-            "successes": self.successes,
-            "failures": dict(self.failures),
-            "last_latency_ms": self.last_latency_ms,
-        }
+from providers.adapters.errors import ErrorClass, ProviderError, classify_status, parse_retry_after
+from providers.adapters.messages import (
+    HEALTH_PROBE,
+    Completion,
+    CompletionRequest,
+    HealthLevel,
+    HealthResult,
+)
+from providers.adapters.stream import CompletionStream
+from providers.engine.config import ProviderConfig
 
 
 class ProviderAdapter(ABC):
@@ -113,7 +37,6 @@ class ProviderAdapter(ABC):
     def __init__(self, config: ProviderConfig, client: httpx.AsyncClient) -> None:
         self.config = config
         self.client = client
-        self.metrics = AdapterMetrics()
         self._headers = self.headers()
         self._templates: dict[tuple[str, str], tuple[httpx.URL, httpx.Headers]] = {}
 
@@ -183,7 +106,6 @@ class ProviderAdapter(ABC):
         """The one HTTP call site: returns (decoded JSON body, latency in ms) or raises a
         classified ProviderError. `timeout` bounds the whole call, connect to last byte."""
         started = time.perf_counter()
-        self.metrics.calls += 1
         with self._classified(f"no answer within {timeout:.2f} s"):
             async with asyncio.timeout(timeout):
                 response = await self.client.send(
@@ -191,7 +113,6 @@ class ProviderAdapter(ABC):
                 )
             body = response.content
         latency_ms = (time.perf_counter() - started) * 1000
-        self.metrics.last_latency_ms = latency_ms
         if response.status_code >= 400:
             raise self._status_error(response, body)
         try:
@@ -251,7 +172,6 @@ class ProviderAdapter(ABC):
         loop = asyncio.get_running_loop()
         started = loop.time()
         first_deadline = started + min(timeout, first_token_timeout)
-        self.metrics.calls += 1
         http_request = self._build("POST", path, payload, timeout)
         with self._classified(f"no first token within {first_deadline - started:.2f} s"):
             async with asyncio.timeout_at(first_deadline):
@@ -274,7 +194,6 @@ class ProviderAdapter(ABC):
             await stream.aclose()
             raise
         stream.first_token_s = loop.time() - started
-        self.metrics.last_latency_ms = stream.first_token_s * 1000
         return stream
 
     def _build(
@@ -325,131 +244,12 @@ class ProviderAdapter(ABC):
         status: int | None = None,
         retry_after_s: float | None = None,
     ) -> ProviderError:
-        self.metrics.failures[error_class] += 1
         return ProviderError(error_class, message, status=status, retry_after_s=retry_after_s)
-
-    def succeeded(self, completion: Completion) -> Completion:
-        self.metrics.successes += 1
-        return completion
 
     def malformed(self, what: str) -> ProviderError:
         return self._failed(ErrorClass.MALFORMED, f"unexpected answer: {what}")
 
 
-class CompletionStream:
-    """An answer arriving piece by piece, handed over once its first text is in (`first`).
-
-    `rest()` yields the remaining text; a stream that breaks raises ProviderError from it.
-    The adapter's `stream_event` fills in the usage and finish reason as events arrive.
-    """
-
-    def __init__(
-        self, adapter: ProviderAdapter, response: httpx.Response, idle_s: float, started: float
-    ) -> None:
-        self.adapter = adapter
-        self.provider = adapter.name
-        self.first = ""
-        self.parts: list[str] = []
-        self.tokens_in = 0
-        self.tokens_out = 0
-        self.finish_reason = ""
-        self.done = False
-        self.started = started
-        self.first_token_s = 0.0  # how long the first text took
-        self._response = response
-        self._lines = response.aiter_lines()
-        self._idle_s = idle_s
-        self._closed = False
-
-    @property
-    def text(self) -> str:
-        return "".join(self.parts)
-
-    async def next_text(self, deadline: float, timeout_message: str) -> str | None:
-        """The next non-empty text, or None once the stream has ended properly."""
-        adapter = self.adapter
-        sse = adapter.stream_framing == "sse"
-        while not self.done:
-            with adapter._classified(timeout_message):
-                async with asyncio.timeout_at(deadline):
-                    try:
-                        line = await anext(self._lines)
-                    except StopAsyncIteration:
-                        line = None
-            if line is None:
-                if self.finish_reason:  # ended without its end marker, but after the finish
-                    self.done = True
-                    break
-                raise adapter._failed(ErrorClass.REFUSED, "the stream ended before its end")
-            if sse:
-                if not line.startswith("data:"):
-                    continue  # event names, comments, blank separators
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    self.done = True
-                    break
-            else:
-                data = line.strip()
-                if not data:
-                    continue
-            try:
-                event = json.loads(data)
-            except (ValueError, RecursionError):
-                raise adapter.malformed("a stream event is not JSON") from None
-            text = adapter.stream_event(event, self)
-            if text:
-                self.parts.append(text)
-                return text
-        return None
-
-    async def rest(self) -> AsyncGenerator[str, None]:
-        """The text after `first`, piece by piece, until the stream ends."""
-        try:
-            loop = asyncio.get_running_loop()
-            while True:
-                text = await self.next_text(
-                    loop.time() + self._idle_s, f"no text for {self._idle_s:.2f} s mid-answer"
-                )
-                if text is None:
-                    break
-                yield text
-            self.adapter.metrics.successes += 1
-        finally:
-            await self.aclose()
-
-    async def aclose(self) -> None:
-        if not self._closed:
-            self._closed = True
-            await self._response.aclose()
-
-    def completion(self, latency_ms: float) -> Completion:
-        """The whole answer, once the stream is done (for the cache and the ledger)."""
-        return Completion(
-            text=self.text,
-            provider=self.provider,
-            tokens_in=self.tokens_in,
-            tokens_out=self.tokens_out or estimate_tokens(self.text),
-            latency_ms=latency_ms,
-            finish_reason=self.finish_reason,
-        )
-
-
 def _failure(exc: ProviderError) -> str:
     """A failure as a check's detail, its class first: "timeout (no answer within 5.00 s)"."""
     return f"{exc.error_class.value} ({exc.message})" if exc.message else exc.error_class.value
-
-
-def estimate_tokens(text: str) -> int:
-    """A provider-independent estimate (about four characters a token) for budgets."""
-    return max(1, len(text) // 4)
-
-
-# No real answer has more; a bigger count is nonsense that would not fit the ledger's column.
-MAX_TOKEN_COUNT = 2**31 - 1
-
-
-def token_count(value: object) -> int:
-    """A token count from an upstream body, or 0 when it's missing or nonsense."""
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_TOKEN_COUNT:
-        return value
-    return 0

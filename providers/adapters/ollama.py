@@ -6,15 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import (
-    Completion,
-    CompletionRequest,
-    CompletionStream,
-    HealthResult,
-    ProviderAdapter,
-    token_count,
-)
-from .errors import ErrorClass
+from providers.adapters.base import ProviderAdapter
+from providers.adapters.errors import ErrorClass
+from providers.adapters.messages import Completion, CompletionRequest, HealthResult, token_count
+from providers.adapters.stream import CompletionStream
 
 
 class OllamaAdapter(ProviderAdapter):
@@ -50,15 +45,13 @@ class OllamaAdapter(ProviderAdapter):
             raise self.malformed("no message.content") from None
         if not isinstance(text, str):
             raise self.malformed("message.content is not text")
-        return self.succeeded(
-            Completion(
-                text=text,
-                provider=self.name,
-                tokens_in=token_count(body.get("prompt_eval_count")),
-                tokens_out=token_count(body.get("eval_count")),
-                latency_ms=latency_ms,
-                finish_reason=str(body.get("done_reason") or ""),
-            )
+        return Completion(
+            text=text,
+            provider=self.name,
+            tokens_in=token_count(body.get("prompt_eval_count")),
+            tokens_out=token_count(body.get("eval_count")),
+            latency_ms=latency_ms,
+            finish_reason=str(body.get("done_reason") or ""),
         )
 
     def stream_request(self, request: CompletionRequest) -> tuple[str, dict[str, Any]]:

@@ -6,15 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import (
-    Completion,
-    CompletionRequest,
-    CompletionStream,
-    HealthResult,
-    ProviderAdapter,
-    token_count,
-)
-from .errors import ErrorClass
+from providers.adapters.base import ProviderAdapter
+from providers.adapters.errors import ErrorClass
+from providers.adapters.messages import Completion, CompletionRequest, HealthResult, token_count
+from providers.adapters.stream import CompletionStream
 
 
 class OpenAICompatibleAdapter(ProviderAdapter):
@@ -52,15 +47,13 @@ class OpenAICompatibleAdapter(ProviderAdapter):
             raise self.malformed("choices[0].message.content is not text")
         usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
         finish_reason = body["choices"][0].get("finish_reason")
-        return self.succeeded(
-            Completion(
-                text=text,
-                provider=self.name,
-                tokens_in=token_count(usage.get("prompt_tokens")),
-                tokens_out=token_count(usage.get("completion_tokens")),
-                latency_ms=latency_ms,
-                finish_reason=str(finish_reason or ""),
-            )
+        return Completion(
+            text=text,
+            provider=self.name,
+            tokens_in=token_count(usage.get("prompt_tokens")),
+            tokens_out=token_count(usage.get("completion_tokens")),
+            latency_ms=latency_ms,
+            finish_reason=str(finish_reason or ""),
         )
 
     def stream_request(self, request: CompletionRequest) -> tuple[str, dict[str, Any]]:

@@ -28,8 +28,7 @@ from django.utils.safestring import SafeString
 from django.views.decorators.http import require_GET
 
 from billing.models import CallRecord, Outcome, Tier
-
-from . import charts
+from providers.control import charts
 
 PERMISSION = "billing.view_callrecord"
 HOURS = 24

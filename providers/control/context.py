@@ -6,8 +6,8 @@ from typing import Any
 
 from django.http import HttpRequest
 
-from ..models import KillSwitch
-from ..selectors import policy_get
+from providers.models import KillSwitch
+from providers.selectors import policy_get
 
 
 def control_room(request: HttpRequest) -> dict[str, Any]:

@@ -11,14 +11,13 @@ from django.db.models import Count, Q
 from django.utils import timezone
 
 from billing.models import Budget, CallRecord
-
-from ..breaker import BreakerState, Mode, State
-from ..gateway import Gateway, get_gateway
-from ..health import Health
-from ..models import FailoverPolicy, Incident, KillSwitch, Provider
-from ..selectors import policy_get
-from ..snapshot import bucket_width
-from ..state import Windows, WindowSummary, spend_key
+from failover_site.runtime.gateway import Gateway, get_gateway
+from providers.engine.breaker import BreakerState, Mode, State
+from providers.engine.config import bucket_width
+from providers.engine.health import Health
+from providers.models import FailoverPolicy, Incident, KillSwitch, Provider
+from providers.selectors import policy_get
+from providers.state.contract import Windows, WindowSummary, spend_key
 
 HEALTHY, DEGRADED, DOWN, OFF = "healthy", "degraded", "down", "disabled"
 

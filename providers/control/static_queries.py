@@ -11,11 +11,9 @@ from django.db.models import Count, F, Q, QuerySet
 from django.db.models.expressions import OrderBy
 
 from billing.models import CallRecord, Tier
-
-from ..faq import FaqMatch
-from ..models import StaticAnswer
-from ..selectors import policy_get
-from ..snapshot import faq_index_build
+from providers.engine.faq import FaqMatch
+from providers.models import StaticAnswer
+from providers.selectors import faq_index_build, policy_get
 
 # The list's sort orders by name; the question breaks ties so the order is stable.
 SORTS: dict[str, tuple[str | OrderBy, ...]] = {

@@ -9,7 +9,6 @@ from typing import Any
 
 from django.contrib.admin import AdminSite
 from django.core.exceptions import NON_FIELD_ERRORS, PermissionDenied, ValidationError
-from django.db import transaction
 from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
@@ -18,10 +17,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods
 from django_htmx.http import trigger_client_event
 
-from ..models import ChangeAction, StaticAnswer
-from ..selectors import policy_get
-from ..services import Actor, config_change_record, instance_snapshot
-from .static_queries import (
+from providers.control.static_queries import (
     DEFAULT_SORT,
     SORTS,
     static_answer_list,
@@ -29,6 +25,9 @@ from .static_queries import (
     static_trial,
     unmatched_questions,
 )
+from providers.models import StaticAnswer
+from providers.selectors import policy_get
+from providers.services.static_answers import static_answer_update
 
 VIEW_PERMISSION = "providers.view_staticanswer"
 CHANGE_PERMISSION = "providers.change_staticanswer"
@@ -56,38 +55,6 @@ def urls(site: AdminSite) -> list[URLPattern]:
             name="control-static-edit",
         ),
     ]
-
-
-# The write ---------------------------------------------------------------------------------
-
-
-def static_answer_update(
-    *, answer: StaticAnswer, values: dict[str, Any], actor: Actor
-) -> StaticAnswer:
-    """Change an answer's editable fields and record it, in one transaction; the record moves
-    the config version on commit, so every serving process answers with the new text.
-
-    Raises ValidationError (by field, from the model's full_clean) and saves nothing when the
-    result doesn't hold. An edit that changes nothing writes nothing."""
-    with transaction.atomic():
-        row = StaticAnswer.objects.select_for_update().get(pk=answer.pk)
-        before = instance_snapshot(row)
-        for name in EDITABLE_FIELDS:
-            setattr(row, name, values[name])
-        row.full_clean()
-        if instance_snapshot(row) == before:
-            return row
-        if actor is not None and actor.is_authenticated:
-            row.updated_by = actor  # type: ignore[assignment]
-        row.save()
-        config_change_record(
-            target=row,
-            action=ChangeAction.UPDATE,
-            before=before,
-            after=instance_snapshot(row),
-            actor=actor,
-        )
-    return row
 
 
 def edit_values(data: QueryDict) -> dict[str, Any]:

@@ -13,10 +13,11 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
 from django.views.decorators.http import require_GET, require_POST
 
-from ..breaker import Mode
-from ..models import KillSwitch, Provider
-from . import actions
-from .dashboard import control_status
+from failover_site.runtime.gateway import get_gateway
+from providers.control.dashboard import control_status
+from providers.engine.breaker import Mode
+from providers.models import KillSwitch, Provider
+from providers.services import policy, provider_actions
 
 KILL_SWITCH_PERMISSION = "providers.flip_kill_switch"
 PROVIDER_PERMISSION = "providers.change_provider"
@@ -68,7 +69,7 @@ def kill_switch(request: HttpRequest) -> HttpResponse:
         Provider.objects.filter(pk=int(provider_id)).first() if provider_id.isdigit() else None
     )
     try:
-        actions.kill_switch_set(
+        policy.kill_switch_set(
             mode=mode, provider=provider, reason=request.POST.get("reason", ""), actor=request.user
         )
     except ValidationError as exc:
@@ -91,21 +92,27 @@ def provider_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
     user = request.user
     if action in ("enable", "disable"):
         try:
-            actions.provider_enable(provider, action == "enable", user)
+            provider_actions.provider_enable(
+                provider=provider, enabled=action == "enable", actor=user
+            )
         except ValidationError as exc:
             return _panel(request, status=422, notice=" ".join(exc.messages))
         notice = f"{provider.name} {action}d."
     elif action in ("up", "down"):
-        moved = actions.provider_move(provider, action, user)
+        moved = provider_actions.provider_move(provider=provider, direction=action, actor=user)
         notice = (
             f"{provider.name} moved {action}."
             if moved
             else f"{provider.name} is already at the end."
         )
     elif action == "reset":
-        actions.breaker_set_mode(provider, Mode.AUTO, user)
+        provider_actions.breaker_set_mode(
+            provider=provider, mode=Mode.AUTO, actor=user, store=get_gateway().store
+        )
         notice = f"{provider.name}: breaker reset (closed, automatic)."
     else:
-        actions.breaker_set_mode(provider, Mode.DISABLED, user)
+        provider_actions.breaker_set_mode(
+            provider=provider, mode=Mode.DISABLED, actor=user, store=get_gateway().store
+        )
         notice = f"{provider.name}: breaker forced open; no calls go to it until reset."
     return _panel(request, notice=notice)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from django.contrib.admin import AdminSite
 from django.urls import URLPattern
 
+from providers.control import charts_views, policy_views, static_views, status_views
+
 
 def control_urls(site: AdminSite) -> list[URLPattern]:
-    from . import charts_views, policy_views, static_views, status_views
-
     patterns: list[URLPattern] = []
     for module in (status_views, policy_views, static_views, charts_views):
         patterns += module.urls(site)

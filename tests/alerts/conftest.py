@@ -9,6 +9,13 @@ import httpx
 import pytest
 
 from alerts.fake_receiver import FakeReceiver
+from tests.alerts.builders import (
+    SLACK_URL_ENV,
+    TELEGRAM_TOKEN,
+    TELEGRAM_TOKEN_ENV,
+    WEBHOOK_SECRET,
+    WEBHOOK_SECRET_ENV,
+)
 from tests.providers.conftest import (  # noqa: F401 - the routing fixtures, for end-to-end tests
     api,
     clock,
@@ -16,14 +23,6 @@ from tests.providers.conftest import (  # noqa: F401 - the routing fixtures, for
     primary,
     providers_configured,
     secondary,
-)
-
-from .builders import (
-    SLACK_URL_ENV,
-    TELEGRAM_TOKEN,
-    TELEGRAM_TOKEN_ENV,
-    WEBHOOK_SECRET,
-    WEBHOOK_SECRET_ENV,
 )
 
 

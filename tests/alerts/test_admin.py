@@ -12,15 +12,14 @@ from django.urls import reverse
 from alerts.models import AlertChannel, AlertEvent
 from providers.models import ConfigChange
 from tests.admin_forms import change_form_data
-from tests.factories import make_user
-
-from .builders import (
+from tests.alerts.builders import (
     TELEGRAM_TOKEN,
     TELEGRAM_TOKEN_ENV,
     make_event,
     telegram_channel,
     webhook_channel,
 )
+from tests.factories import make_user
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("secrets_env")]
 

@@ -11,10 +11,9 @@ from asgiref.sync import sync_to_async
 
 from alerts.fake_receiver import FakeReceiver
 from alerts.models import AlertEvent
-from providers.scheduler import InProcessScheduler, Periodic, serving_process_jobs
+from failover_site.runtime.scheduler import InProcessScheduler, Periodic, serving_process_jobs
+from tests.alerts.builders import TELEGRAM_TOKEN, TELEGRAM_TOKEN_ENV, telegram_channel
 from tests.providers.conftest import ask, update_policy
-
-from .builders import TELEGRAM_TOKEN, TELEGRAM_TOKEN_ENV, telegram_channel
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -18,10 +18,9 @@ from alerts.fake_receiver import FakeReceiver
 from alerts.models import AlertChannel, AlertEvent
 from alerts.raising import incident_opened, static_tier_active
 from providers.models import Incident
+from tests.alerts.builders import TELEGRAM_TOKEN, TELEGRAM_TOKEN_ENV, telegram_channel
 from tests.conftest import child_process_env
 from tests.providers.conftest import ask, update_policy
-
-from .builders import TELEGRAM_TOKEN, TELEGRAM_TOKEN_ENV, telegram_channel
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 

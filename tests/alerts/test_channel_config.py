@@ -9,8 +9,7 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from alerts.models import AlertChannel
-
-from .builders import TELEGRAM_TOKEN
+from tests.alerts.builders import TELEGRAM_TOKEN
 
 
 def config_errors(kind: str, config: Any) -> list[str]:

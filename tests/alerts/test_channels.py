@@ -14,8 +14,7 @@ from django.core import mail
 from alerts.channels import TransportError, channel_for
 from alerts.channels.telegram import TelegramAnswer
 from alerts.fake_receiver import FakeReceiver
-
-from .builders import (
+from tests.alerts.builders import (
     SLACK_URL_ENV,
     TELEGRAM_TOKEN,
     TELEGRAM_TOKEN_ENV,

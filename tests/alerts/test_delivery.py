@@ -8,8 +8,7 @@ from django.utils import timezone
 
 from alerts.delivery import deliver_event, send_test_alert
 from alerts.models import AlertChannel
-
-from .builders import (
+from tests.alerts.builders import (
     TELEGRAM_TOKEN,
     TELEGRAM_TOKEN_ENV,
     make_channel,

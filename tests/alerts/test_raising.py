@@ -18,7 +18,7 @@ from alerts.raising import (
     failover_check,
     incident_closed,
 )
-from providers import jobs
+from failover_site.runtime import jobs
 from providers.models import Incident
 from providers.selectors import policy_get
 from tests.factories import make_budget, make_call_record, make_provider
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def nothing_delivered(monkeypatch):
     """Delivery is the channels' business (test_delivery.py): here only what is raised."""
     handed: list[tuple] = []
-    monkeypatch.setattr("providers.scheduler.enqueue", lambda *args, **kw: handed.append(args))
+    monkeypatch.setattr("alerts.dispatch.hand_over", lambda *args, **kw: handed.append(args))
     return handed
 
 

@@ -11,9 +11,9 @@ from asgiref.sync import sync_to_async
 from django.db import OperationalError, connections
 from django.utils import timezone
 
-from billing import ledger as ledger_module
-from billing.ledger import LedgerWriter
 from billing.models import CallRecord
+from failover_site.runtime import ledger as ledger_module
+from failover_site.runtime.ledger import LedgerWriter
 from providers.models import StaticAnswer
 from tests.factories import make_static_answer
 

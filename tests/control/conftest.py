@@ -14,7 +14,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 
-from providers.gateway import Gateway, make_store, set_gateway
+from failover_site.runtime.gateway import Gateway, make_store, set_gateway
 from tests.providers.conftest import (  # noqa: F401 - fixtures used through the ones below
     _flush_test_redis,
     primary,

@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 
 from providers.models import ConfigChange, FailoverPolicy, StaticAnswer
-
-from .conftest import ask, ask_until, log_in, make_operator, screenshot
+from tests.control.conftest import ask, ask_until, log_in, make_operator, screenshot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -9,8 +9,7 @@ import httpx
 import pytest
 
 from providers.models import ConfigChange, FailoverPolicy
-
-from .conftest import ask, ask_until, log_in, make_operator, screenshot
+from tests.control.conftest import ask, ask_until, log_in, make_operator, screenshot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

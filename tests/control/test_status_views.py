@@ -9,22 +9,16 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.test import Client
 
-from providers.breaker import BreakerEvent, BreakerState, EventKind, Mode, State
-from providers.control import actions
-from providers.control.dashboard import (
-    DEGRADED,
-    DOWN,
-    HEALTHY,
-    OFF,
-    control_status,
-    health_of,
-)
-from providers.gateway import Gateway, set_gateway
-from providers.incidents import incidents_record
+from failover_site.runtime.gateway import Gateway, get_gateway, set_gateway
+from failover_site.runtime.incidents import incidents_record
+from providers.control.dashboard import DEGRADED, DOWN, HEALTHY, OFF, control_status, health_of
+from providers.engine.breaker import BreakerEvent, BreakerState, EventKind, Mode, State
 from providers.models import ConfigChange, FailoverPolicy, Incident, Provider
 from providers.selectors import policy_get
-from providers.state import WindowSummary
-from providers.state_memory import MemoryStore
+from providers.services import policy as policy_services
+from providers.services import provider_actions
+from providers.state.contract import WindowSummary
+from providers.state.memory_store import MemoryStore
 from tests.factories import make_call_record, make_provider, make_user
 
 pytestmark = pytest.mark.django_db
@@ -88,19 +82,44 @@ class TestServingNow:
         serving = control_status().serving
         assert (serving.tier, serving.provider) == ("primary", "ollama-local")
 
-    def test_an_open_primary_hands_over_to_the_secondary_and_says_why(self, local, cloud, gateway):
-        actions.breaker_set_mode(local, Mode.DISABLED, None)
+    def test_an_open_primary_hands_over_to_the_secondary_and_says_why(
+        self, local, cloud, gateway, django_capture_on_commit_callbacks
+    ):
+        with django_capture_on_commit_callbacks(execute=True):
+            provider_actions.breaker_set_mode(
+                provider=local, mode=Mode.DISABLED, actor=None, store=get_gateway().store
+            )
         serving = control_status().serving
         assert (serving.tier, serving.provider) == ("secondary", "openai-cloud")
         assert "ollama-local: breaker forced open" in serving.why
 
-    def test_with_every_breaker_open_the_static_tier_serves(self, local, cloud):
-        actions.breaker_set_mode(local, Mode.DISABLED, None)
-        actions.breaker_set_mode(cloud, Mode.DISABLED, None)
+    def test_with_every_breaker_open_the_static_tier_serves(
+        self, local, cloud, django_capture_on_commit_callbacks
+    ):
+        with django_capture_on_commit_callbacks(execute=True):
+            for provider in (local, cloud):
+                provider_actions.breaker_set_mode(
+                    provider=provider, mode=Mode.DISABLED, actor=None, store=get_gateway().store
+                )
         assert control_status().serving.tier == "static"
 
+    def test_a_breaker_override_that_is_rolled_back_leaves_the_breaker_alone(self, local, gateway):
+        from asgiref.sync import async_to_sync
+        from django.db import transaction
+
+        with pytest.raises(RuntimeError), transaction.atomic():
+            provider_actions.breaker_set_mode(
+                provider=local, mode=Mode.DISABLED, actor=None, store=gateway.store
+            )
+            raise RuntimeError("the transaction fails after the override")
+        state, _ = async_to_sync(gateway.store.read)("ollama-local")
+        assert state.mode == Mode.AUTO
+        assert not ConfigChange.objects.filter(action="breaker").exists()
+
     def test_the_kill_switch_decides_first(self, local, cloud):
-        actions.kill_switch_set(mode="static_only", provider=None, reason="drill", actor=None)
+        policy_services.kill_switch_set(
+            mode="static_only", provider=None, reason="drill", actor=None
+        )
         serving = control_status().serving
         assert serving.tier == "static" and "kill switch" in serving.why
 
@@ -115,7 +134,7 @@ class TestServingNow:
 
 class TestKillSwitch:
     def test_a_flip_is_saved_and_recorded_with_its_reason(self, local):
-        actions.kill_switch_set(
+        policy_services.kill_switch_set(
             mode="force_provider", provider=local, reason="cloud outage", actor=None
         )
         policy = policy_get()
@@ -136,7 +155,7 @@ class TestKillSwitch:
         self, local, mode, provider, reason, field
     ):
         with pytest.raises(ValidationError) as error:
-            actions.kill_switch_set(
+            policy_services.kill_switch_set(
                 mode=mode, provider=local if provider else None, reason=reason, actor=None
             )
         assert field in error.value.message_dict
@@ -147,7 +166,9 @@ class TestKillSwitch:
         local.enabled = False
         local.save()
         with pytest.raises(ValidationError) as error:
-            actions.kill_switch_set(mode="force_provider", provider=local, reason="x", actor=None)
+            policy_services.kill_switch_set(
+                mode="force_provider", provider=local, reason="x", actor=None
+            )
         assert "disabled" in error.value.message_dict["provider"][0]
         assert policy_get().kill_switch == "off"
 
@@ -160,7 +181,9 @@ class TestKillSwitch:
 
     def test_the_banner_is_on_every_admin_page_while_it_is_on(self, operator_client, local):
         assert b"kill-switch-banner" not in operator_client.get("/admin/").content
-        actions.kill_switch_set(mode="static_only", provider=None, reason="drill", actor=None)
+        policy_services.kill_switch_set(
+            mode="static_only", provider=None, reason="drill", actor=None
+        )
         for url in ("/admin/", "/admin/providers/provider/", "/admin/control/status/"):
             page = operator_client.get(url)
             if url != "/admin/control/status/":  # the partial has no page chrome
@@ -198,17 +221,21 @@ class TestProviderActions:
 
     def test_equal_priorities_get_an_explicit_order(self, local):
         other = make_provider(name="ollama-two", priority=local.priority)
-        assert actions.provider_move(other, "up", None)
+        assert provider_actions.provider_move(provider=other, direction="up", actor=None)
         other.refresh_from_db()
         assert other.priority < local.priority
 
-    def test_force_open_and_reset_act_on_the_shared_breaker(self, operator_client, local, gateway):
+    def test_force_open_and_reset_act_on_the_shared_breaker(
+        self, operator_client, local, gateway, django_capture_on_commit_callbacks
+    ):
         from asgiref.sync import async_to_sync
 
-        operator_client.post(f"/admin/control/providers/{local.pk}/force_open/")
+        with django_capture_on_commit_callbacks(execute=True):
+            operator_client.post(f"/admin/control/providers/{local.pk}/force_open/")
         state, _ = async_to_sync(gateway.store.read)("ollama-local")
         assert state.mode == Mode.DISABLED
-        operator_client.post(f"/admin/control/providers/{local.pk}/reset/")
+        with django_capture_on_commit_callbacks(execute=True):
+            operator_client.post(f"/admin/control/providers/{local.pk}/reset/")
         state, _ = async_to_sync(gateway.store.read)("ollama-local")
         assert (state.mode, state.state) == (Mode.AUTO, State.CLOSED)
         changes = [c.after for c in ConfigChange.objects.order_by("created_at", "id")]
@@ -228,7 +255,9 @@ class TestProviderActions:
         assert len(opened) == 1 and Incident.objects.count() == 2
 
     def test_the_provider_the_kill_switch_forces_cannot_be_disabled(self, operator_client, local):
-        actions.kill_switch_set(mode="force_provider", provider=local, reason="x", actor=None)
+        policy_services.kill_switch_set(
+            mode="force_provider", provider=local, reason="x", actor=None
+        )
         response = operator_client.post(f"/admin/control/providers/{local.pk}/disable/")
         assert response.status_code == 422 and b"change the kill switch" in response.content
         local.refresh_from_db()
@@ -282,5 +311,5 @@ def test_the_status_partial_needs_a_staff_login(client):
 
 
 def test_the_policy_row_is_the_one_the_kill_switch_changes():
-    actions.kill_switch_set(mode="static_only", provider=None, reason="x", actor=None)
+    policy_services.kill_switch_set(mode="static_only", provider=None, reason="x", actor=None)
     assert FailoverPolicy.objects.count() == 1

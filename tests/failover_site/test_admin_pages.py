@@ -7,7 +7,7 @@ from django.urls import reverse
 
 from providers.models import ConfigChange
 from providers.selectors import policy_get
-from providers.services import config_change_record, instance_snapshot
+from providers.services.audit import config_change_record, instance_snapshot
 from tests.factories import (
     make_budget,
     make_call_record,

@@ -20,11 +20,12 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import connections
 
+from failover_site.runtime.gateway import Gateway, make_store, set_gateway
+from providers.engine.clock import Clock
 from providers.fake_provider import FakeProvider
-from providers.gateway import Clock, Gateway, make_store, set_gateway
 from providers.models import Provider
 from providers.selectors import policy_get
-from providers.services import static_answers_load_defaults
+from providers.services.seeding import static_answers_load_defaults
 
 
 @dataclass
@@ -127,7 +128,7 @@ async def ledger_rows(gateway: Gateway) -> list:
 
 async def update_policy(**values) -> None:
     """Change the policy as an operator would (a recorded change, which bumps the version)."""
-    from providers.services import config_change_record, instance_snapshot
+    from providers.services.audit import config_change_record, instance_snapshot
 
     def change() -> None:
         policy = policy_get()
@@ -142,7 +143,7 @@ async def update_policy(**values) -> None:
 
     await sync_to_async(change)()
     # The process swaps snapshots in the background within a second; a test goes on at once.
-    from providers.gateway import get_gateway
+    from failover_site.runtime.gateway import get_gateway
 
     await get_gateway().snapshots.refresh()
 

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-from providers.adapters.base import CompletionRequest
 from providers.adapters.errors import ProviderError
-from providers.cache import answer_key, cache_read
-from providers.router import CACHED_NOTICE, RouteRequest, RouteResult, finish_stream, route
-
-from .conftest import ask, ledger_rows, update_policy
+from providers.adapters.messages import CompletionRequest
+from providers.routing.answer_cache import answer_key, cache_read
+from providers.routing.cascade import CACHED_NOTICE, RouteRequest, RouteResult, finish_stream, route
+from tests.providers.conftest import ask, ledger_rows, update_policy
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -8,11 +8,19 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 import redis
 
-from providers.state import CacheWrite, SpendIncrement, StateStore
-from providers.state_memory import MemoryStore
-from providers.state_redis import RedisStore
-
-from .test_state_stores import NAME, SPEND, T0, WINDOWS, call, fresh_redis_store, record, redis_url
+from providers.state.contract import CacheWrite, SpendIncrement, StateStore
+from providers.state.memory_store import MemoryStore
+from providers.state.redis_store import RedisStore
+from tests.providers.test_state_stores import (
+    NAME,
+    SPEND,
+    T0,
+    WINDOWS,
+    call,
+    fresh_redis_store,
+    record,
+    redis_url,
+)
 
 KEY = "cache:" + "ab" * 32
 OTHER_KEY = "cache:" + "cd" * 32

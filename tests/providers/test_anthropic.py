@@ -11,11 +11,11 @@ import httpx
 import pytest
 
 from providers.adapters.anthropic import API_VERSION, DEFAULT_MAX_TOKENS, AnthropicAdapter
-from providers.adapters.base import CompletionRequest
 from providers.adapters.errors import ErrorClass, ProviderError
+from providers.adapters.messages import CompletionRequest
+from providers.adapters.pool import make_client
+from providers.engine.config import ProviderConfig
 from providers.fake_provider import FakeProvider
-from providers.pool import make_client
-from providers.snapshot import ProviderConfig
 
 MODEL = "claude-3-5-haiku-latest"
 KEY = "sk-ant-test-key"

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from .conftest import ask
+from tests.providers.conftest import ask
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -143,7 +143,7 @@ async def test_status_shows_each_provider_and_the_kill_switch(api, gateway, prim
 
 
 async def test_status_shows_the_sentinels_verdict(api, gateway, primary):
-    from providers.health import sentinel_run
+    from providers.sentinel.checks import sentinel_run
 
     primary.set_fault(mode="error", scope="all")
     await sentinel_run(gateway)

@@ -9,7 +9,7 @@ from django.core.management import CommandError, call_command
 
 from billing.models import Budget
 from providers.models import ChangeAction, ConfigChange, FailoverPolicy, Provider, StaticAnswer
-from providers.services import DEFAULT_ANSWERS_FILE
+from providers.services.seeding import DEFAULT_ANSWERS_FILE
 
 pytestmark = pytest.mark.django_db
 

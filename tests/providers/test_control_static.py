@@ -14,10 +14,9 @@ from django.utils import timezone
 
 from providers.models import ConfigChange, StaticAnswer
 from providers.selectors import policy_get
-from providers.services import static_answers_load_defaults
+from providers.services.seeding import static_answers_load_defaults
 from tests.factories import make_call_record, make_static_answer, make_user
-
-from .conftest import ask
+from tests.providers.conftest import ask
 
 pytestmark = pytest.mark.django_db
 

@@ -11,9 +11,9 @@ from asgiref.sync import sync_to_async
 from django.test import Client
 from django.urls import reverse
 
-from providers.control.policy_views import threshold_groups, threshold_names
 from providers.models import ChangeAction, ConfigChange, FailoverPolicy
 from providers.selectors import policy_get
+from providers.services.policy import threshold_groups, threshold_names
 from tests.factories import make_user
 
 pytestmark = pytest.mark.django_db

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from providers.faq import FaqEntry, FaqIndex, normalize
-from providers.services import DEFAULT_ANSWERS_FILE
+from providers.engine.faq import FaqEntry, FaqIndex, normalize
+from providers.services.seeding import DEFAULT_ANSWERS_FILE
 
 # Touches neither the database nor the shared state: the services pass leaves it out.
 pytestmark = pytest.mark.backend_free

@@ -13,24 +13,18 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from providers.adapters import ADAPTERS
-from providers.adapters.base import HealthLevel, ProviderAdapter
+from providers.adapters.base import ProviderAdapter
 from providers.adapters.errors import ErrorClass
-from providers.breaker import BreakerState, Mode, State
+from providers.adapters.messages import HealthLevel
+from providers.adapters.pool import make_client
 from providers.control.dashboard import DEGRADED, DOWN, HEALTHY, control_status, health_of
+from providers.engine.breaker import BreakerState, Mode, State
+from providers.engine.config import ProviderConfig
+from providers.engine.health import Health, HealthState, health_skip, next_health
 from providers.fake_provider import FakeProvider
-from providers.health import (
-    Health,
-    HealthState,
-    health_skip,
-    next_health,
-    sentinel_run,
-    sentinel_tick,
-)
-from providers.pool import make_client
-from providers.snapshot import ProviderConfig
-from providers.state import WindowSummary
-
-from .conftest import ask, ledger_rows, update_policy
+from providers.sentinel.checks import sentinel_run, sentinel_tick
+from providers.state.contract import WindowSummary
+from tests.providers.conftest import ask, ledger_rows, update_policy
 
 MODELS = {"ollama": "llama3.1:8b", "openai": "gpt-4o-mini", "anthropic": "claude-test"}
 QUIET = WindowSummary(calls=0, failures=0, failure_rate_pct=0.0, p95_ms=None, calls_per_minute=0)

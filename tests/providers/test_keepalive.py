@@ -9,13 +9,12 @@ from dataclasses import replace
 import pytest
 from asgiref.sync import sync_to_async
 
-from providers.breaker import BreakerState, State
-from providers.health import Health
-from providers.keepalive import keepalive_tick
+from providers.engine.breaker import BreakerState, State
+from providers.engine.health import Health
 from providers.models import Provider
-from providers.state import Windows
-
-from .conftest import ask, update_policy
+from providers.sentinel.keepalive import keepalive_tick
+from providers.state.contract import Windows
+from tests.providers.conftest import ask, update_policy
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -18,8 +18,7 @@ from asgiref.sync import sync_to_async
 import providers
 from providers.fake_provider import FakeProvider
 from providers.models import Provider
-
-from .conftest import ledger_rows
+from tests.providers.conftest import ledger_rows
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -16,8 +16,8 @@ import httpx
 import openai
 import pytest
 
-from .conftest import ledger_rows, update_policy
-from .test_openai_endpoint import static_answer
+from tests.providers.conftest import ledger_rows, update_policy
+from tests.providers.test_openai_endpoint import static_answer
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

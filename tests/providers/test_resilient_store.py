@@ -10,13 +10,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from providers import state_resilient
-from providers.breaker import BreakerState, Mode, State
-from providers.state import CacheWrite, Sample, SpendIncrement, Windows
-from providers.state_redis import RedisStore
-from providers.state_resilient import ResilientStore
-
-from .test_state_stores import close_redis_store, flush_redis, redis_url
+from providers.engine.breaker import BreakerState, Mode, State
+from providers.state import resilient_store as state_resilient
+from providers.state.contract import CacheWrite, Sample, SpendIncrement, Windows
+from providers.state.redis_store import RedisStore
+from providers.state.resilient_store import ResilientStore
+from tests.providers.test_state_stores import close_redis_store, flush_redis, redis_url
 
 NAME = "ollama-local"
 T0 = 1_700_000_000.0
@@ -119,7 +118,7 @@ async def test_health_reports_routing_on_local_state_while_redis_is_down(down):
 
 
 async def test_the_outage_is_logged_once(down, clock, caplog):
-    caplog.set_level(logging.ERROR, logger="providers.state_resilient")
+    caplog.set_level(logging.ERROR, logger="providers.state.resilient_store")
     for _ in range(5):
         await down.read(NAME)
         clock.now += ResilientStore.RETRY_AFTER_S  # each call tries Redis again, and fails
@@ -192,7 +191,7 @@ async def test_a_change_committed_while_redis_was_down_reaches_it_once_it_is_bac
 
     import redis as redis_client
 
-    from providers.state_redis import VERSION_KEY
+    from providers.state.redis_scripts import VERSION_KEY
 
     url = f"redis://127.0.0.1:{closed_port}/0"
     store = ResilientStore(RedisStore(url))

@@ -10,10 +10,10 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from billing.models import Budget, CallRecord
-from providers.breaker import State
+from failover_site.runtime import snapshots as snapshots_module
+from providers.engine.breaker import State
 from providers.models import Provider
-
-from .conftest import ask, ledger_rows, update_policy
+from tests.providers.conftest import ask, ledger_rows, update_policy
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -345,7 +345,7 @@ async def test_an_admin_change_is_served_within_a_second_without_sql_on_the_way(
     api, gateway, primary, secondary
 ):
     from providers.selectors import policy_get
-    from providers.services import config_change_record, instance_snapshot
+    from providers.services.audit import config_change_record, instance_snapshot
 
     assert (await ask(api)).json()["provider"] == "ollama-local"
 
@@ -383,7 +383,7 @@ async def update_policy_elsewhere(**values) -> None:
             setattr(policy, key, value)
         policy.save()
 
-    from providers.gateway import get_gateway
+    from failover_site.runtime.gateway import get_gateway
 
     await sync_to_async(change)()
     await sync_to_async(get_gateway().store.bump_config_version)()
@@ -400,8 +400,8 @@ async def test_shutdown_writes_what_the_ledger_holds(api, gateway):
 async def test_with_redis_unreachable_routing_goes_on_with_local_state(
     api, gateway, primary, closed_port, caplog
 ):
-    from providers.state_redis import RedisStore
-    from providers.state_resilient import ResilientStore
+    from providers.state.redis_store import RedisStore
+    from providers.state.resilient_store import ResilientStore
 
     gateway.store = ResilientStore(RedisStore(f"redis://127.0.0.1:{closed_port}/0"))
     gateway.snapshots.store = gateway.store
@@ -424,7 +424,7 @@ async def test_a_change_made_by_another_process_is_served_within_a_second(api, g
     from django.conf import settings
 
     from providers.selectors import policy_get
-    from providers.state_redis import RedisStore
+    from providers.state.redis_store import RedisStore
 
     assert (await ask(api)).json()["provider"] == "ollama-local"
 
@@ -460,14 +460,12 @@ async def test_an_unforeseen_adapter_error_is_a_provider_failure_not_a_500(
 async def test_a_failed_configuration_rebuild_keeps_the_last_one_serving(
     api, gateway, primary, monkeypatch
 ):
-    from providers import gateway as gateway_module
-
     assert (await ask(api)).json()["provider"] == "ollama-local"
 
-    def database_down(version):
+    def database_down(*, version):
         raise OSError("database unreachable")
 
-    monkeypatch.setattr(gateway_module, "build_snapshot", database_down)
+    monkeypatch.setattr(snapshots_module, "snapshot_build", database_down)
     gateway.snapshots.mark_stale()
     for _ in range(3):
         assert (await ask(api)).json()["provider"] == "ollama-local"
@@ -476,12 +474,10 @@ async def test_a_failed_configuration_rebuild_keeps_the_last_one_serving(
 async def test_when_the_gateway_itself_cannot_route_the_client_gets_a_json_503(
     api, gateway, monkeypatch
 ):
-    from providers import gateway as gateway_module
-
-    def database_down(version):
+    def database_down(*, version):
         raise OSError("database unreachable")
 
-    monkeypatch.setattr(gateway_module, "build_snapshot", database_down)
+    monkeypatch.setattr(snapshots_module, "snapshot_build", database_down)
     response = await ask(api)
     assert response.status_code == 503
     assert response.json()["error"]["code"] == "unavailable"

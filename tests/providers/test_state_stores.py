@@ -11,12 +11,12 @@ import pytest
 import redis
 from django.conf import settings
 
-from providers.breaker import BreakerState, Mode, State, WindowStats
-from providers.health import Health, HealthState
-from providers.state import Sample, SpendIncrement, StateStore, Windows
-from providers.state_memory import MemoryStore
-from providers.state_redis import RedisStore
-from providers.state_resilient import ResilientStore
+from providers.engine.breaker import BreakerState, Mode, State, WindowStats
+from providers.engine.health import Health, HealthState
+from providers.state.contract import Sample, SpendIncrement, StateStore, Windows
+from providers.state.memory_store import MemoryStore
+from providers.state.redis_store import RedisStore
+from providers.state.resilient_store import ResilientStore
 
 NAME = "ollama-local"
 T0 = 1_700_000_000.0

@@ -14,13 +14,12 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 
-from providers.adapters.base import CompletionRequest
-from providers.breaker import State
+from providers.adapters.messages import CompletionRequest
+from providers.engine.breaker import State
 from providers.models import Provider
-from providers.router import RouteRequest, finish_stream, route
-from providers.state import Windows
-
-from .conftest import ask, ledger_rows, update_policy
+from providers.routing.cascade import RouteRequest, finish_stream, route
+from providers.state.contract import Windows
+from tests.providers.conftest import ask, ledger_rows, update_policy
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

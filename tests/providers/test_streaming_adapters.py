@@ -13,14 +13,14 @@ from typing import Any, ClassVar
 import httpx
 import pytest
 
-from providers import pool
-from providers.adapters import ADAPTERS
-from providers.adapters.base import CompletionRequest, CompletionStream, ProviderAdapter
+from providers.adapters import ADAPTERS, pool
+from providers.adapters.base import ProviderAdapter
 from providers.adapters.errors import ErrorClass, ProviderError
+from providers.adapters.messages import CompletionRequest
+from providers.adapters.pool import make_client
+from providers.adapters.stream import CompletionStream
 from providers.fake_provider import DEFAULT_TEXT, FakeProvider
-from providers.pool import make_client
-
-from .test_adapters import MODELS, PROMPT, SYSTEM, provider_config, shop_question
+from tests.providers.test_adapters import MODELS, PROMPT, SYSTEM, provider_config, shop_question
 
 # Touches neither the database nor the shared state: the services pass leaves it out.
 pytestmark = pytest.mark.backend_free
@@ -157,11 +157,6 @@ class StreamContract:
         stream = await open_stream(adapter)
         await the_rest(stream)
 
-        assert adapter.metrics.calls == 1
-        assert adapter.metrics.successes == 1
-        assert adapter.metrics.failures == {}
-        assert adapter.metrics.last_latency_ms > 0
-
     # Failures before the first token: the router can still go elsewhere -------------------
 
     @pytest.mark.parametrize(
@@ -184,7 +179,6 @@ class StreamContract:
 
         assert error.error_class is error_class
         assert error.status == status
-        assert adapter.metrics.failures == {error_class: 1}
 
     async def test_a_429_keeps_its_retry_after(self, adapter, fake):
         fake.set_fault(mode="rate_limit", retry_after="7")
@@ -253,7 +247,6 @@ class StreamContract:
         rest = [piece async for piece in stream.rest()]
 
         assert stream.first + "".join(rest) == LONG_TEXT  # longer than 0.6 s, never 0.6 s idle
-        assert adapter.metrics.successes == 1
 
     # The connection goes back to the pool however the stream ended --------------------------
 
@@ -297,8 +290,6 @@ class StreamContract:
             stream = await open_stream(adapter, timeout=2)
             assert stream.first + "".join(await the_rest(stream)) == DEFAULT_TEXT
 
-        assert adapter.metrics.successes == 5
-
 
 class PauseAfterTheFirstToken:
     """Dialects whose first text is the fake's first chunk (Anthropic's comes after three
@@ -318,7 +309,6 @@ class PauseAfterTheFirstToken:
         assert error.error_class is ErrorClass.TIMEOUT
         assert 0.4 < elapsed < TIMEOUT_BOUND_S
         assert LONG_TEXT.startswith(stream.text) and stream.text != LONG_TEXT
-        assert adapter.metrics.successes == 0
 
 
 class CutAfterTheFirstToken:
@@ -335,7 +325,6 @@ class CutAfterTheFirstToken:
 
         assert error.error_class is ErrorClass.REFUSED
         assert stream.text == stream.first  # what arrived is kept for the ledger
-        assert adapter.metrics.successes == 0
 
     async def test_after_a_cut_the_next_call_on_the_same_adapter_works(
         self, one_connection, adapter, fake
@@ -497,4 +486,3 @@ class TestErrorEvents:
             adapter.stream_event(event, stream)
 
         assert caught.value.error_class is error_class
-        assert adapter.metrics.failures == {error_class: 1}

@@ -11,7 +11,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from providers.selectors import policy_get
-from providers.services import demo_configuration_load, static_answers_load_defaults
+from providers.services.seeding import demo_configuration_load, static_answers_load_defaults
 
 
 class Command(BaseCommand):

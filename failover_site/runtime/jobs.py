@@ -1,0 +1,97 @@
+"""The background jobs, the same functions whichever scheduler runs them (`scheduler.py`).
+
+Periodic jobs are async and take the gateway (its store, adapters and snapshot); one-off jobs
+are sync (the ORM, an HTTP call to an alert channel) and take ids.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from alerts.delivery import deliver_event
+from alerts.raising import budget_crossed, cloud_share_check, failover_check, sentinel_down
+from failover_site.runtime.background import run_db
+from failover_site.runtime.gateway import Gateway
+from providers.sentinel.checks import sentinel_tick
+from providers.sentinel.keepalive import keepalive_tick
+from providers.state.contract import spend_key
+
+logger = logging.getLogger(__name__)
+
+# The sentinel counts as stopped once it has missed this many of its intervals.
+SENTINEL_MISSED_INTERVALS = 3
+_STARTED_AT = time.time()
+
+
+async def sentinel_job(gateway: Gateway) -> object:
+    return await sentinel_tick(gateway)
+
+
+async def keepalive_job(gateway: Gateway) -> object:
+    return await keepalive_tick(gateway)
+
+
+async def watchdog_job(gateway: Gateway) -> None:
+    """Budgets crossing 50 / 85 / 100 %, and today's cloud share above its target."""
+    snapshot = await gateway.snapshots.current()
+    now = gateway.clock.wall()
+    for budget in snapshot.budgets:
+        key, _ = spend_key(budget.id, budget.period, now)
+        _, spent = await gateway.store.read("", [key])
+        used_pct = 100 * spent.get(key, 0.0) / float(budget.cap) if budget.cap else 0.0
+        if used_pct >= budget.warn_pct:
+            await run_db(budget_crossed, budget.id, used_pct, key.rsplit(":", 1)[-1])
+    await run_db(cloud_share_check)
+
+
+async def sentinel_watch_job(gateway: Gateway) -> None:
+    """Whether the sentinel still runs (on the workers): raised from a serving process, and
+    delivered from it, since the workers are what may have stopped."""
+    snapshot = await gateway.snapshots.current()
+    interval = snapshot.policy.sentinel_interval_s
+    allowed = SENTINEL_MISSED_INTERVALS * interval + 30
+    last_run = await gateway.store.sentinel_last_run()
+    now = gateway.clock.wall()
+    if now - _STARTED_AT < allowed:
+        return  # just started: the workers may not have had their first tick yet
+    if last_run is None or now - last_run > allowed:
+        since = "never" if last_run is None else datetime.fromtimestamp(last_run, UTC).isoformat()
+        await run_db(sentinel_down, since, allowed)
+
+
+def deliver_alert_job(event_id: int) -> None:
+    deliver_event(event_id)
+
+
+def failover_check_job(incident_id: int) -> None:
+    failover_check(incident_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Periodic:
+    name: str
+    job: Callable[[Gateway], Awaitable[Any]]
+    every_s: float
+
+
+# What runs on a schedule. The sentinel and the keepalive take a shared lock for their own
+# interval (the policy's), so ticking more often than that costs one Redis command.
+PERIODIC = (
+    Periodic("sentinel", sentinel_job, 5.0),
+    Periodic("keepalive", keepalive_job, 30.0),
+    Periodic("watchdog", watchdog_job, 30.0),
+)
+# With Celery, what a serving process still runs itself: the watch on the sentinel (an alert
+# that the workers have stopped can't come from them).
+SENTINEL_WATCH = Periodic("sentinel_watch", sentinel_watch_job, 30.0)
+
+# One-off jobs, by name: sync, run with positional arguments.
+ONE_OFF: dict[str, Callable[..., None]] = {
+    "deliver_alert": deliver_alert_job,
+    "failover_check": failover_check_job,
+}

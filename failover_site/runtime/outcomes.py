@@ -1,0 +1,78 @@
+"""What happens after a request is routed: its line in the call ledger, its breaker events as
+incidents, and the troubles an operator must hear about handed to the alerts. All of it is
+buffered or handed over: nothing here makes the request wait."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from django.utils import timezone
+
+from alerts.raising import credentials_rejected, request_throttle, static_tier_active
+from failover_site.runtime.background import run_db
+from failover_site.runtime.gateway import Gateway
+from failover_site.runtime.incidents import note_events
+from providers.aio import spawn
+from providers.routing.cascade import RouteRequest, RouteResult
+
+logger = logging.getLogger(__name__)
+
+
+def note_trouble(result: RouteResult) -> None:
+    """Hand what an operator must hear about to the alerts, off the request's path and at most
+    once per key every few seconds from this process."""
+    if result.tier == "primary" and len(result.attempts) == 1:
+        return  # the steady state: nothing to look at
+    if (
+        result.tier in ("static", "degraded")
+        and not result.reason.startswith("kill_switch")
+        and request_throttle.allow("static_tier")
+    ):
+        spawn(_raise(static_tier_active, result.reason))
+    for attempt in result.attempts:
+        if attempt.error_class == "auth" and request_throttle.allow(f"auth:{attempt.provider}"):
+            spawn(_raise(credentials_rejected, attempt.provider, attempt.detail))
+
+
+async def _raise(raiser: Callable[..., Any], *args: Any) -> None:
+    try:
+        await run_db(raiser, *args)
+    except Exception:
+        logger.exception("an alert could not be raised")
+
+
+def record_call(
+    gateway: Gateway, routed: RouteRequest, result: RouteResult, latency_ms: int
+) -> None:
+    """The request's line in the call ledger, and its breaker events as incidents (both
+    buffered; written off the request's path)."""
+    if result.events:
+        note_events(result.events)
+    note_trouble(result)
+    prompt = routed.completion.prompt
+    gateway.ledger.add(
+        {
+            "request_id": routed.request_id,
+            "created_at": timezone.now(),
+            "client": routed.client,
+            "priority": routed.priority,
+            "task": routed.task,
+            "attempts": [attempt.as_dict() for attempt in result.attempts],
+            "final_provider": result.provider,
+            "tier": result.tier,
+            "outcome": result.outcome,
+            "reason": result.reason,
+            "status": result.status,
+            "latency_ms": latency_ms,
+            "tokens_in": result.tokens_in,
+            "tokens_out": result.tokens_out,
+            "cost": result.cost,
+            "cache_hit": result.cache_hit,
+            "static_answer_id": result.static_answer_id,
+            "prompt_hash": hashlib.sha256(prompt.encode()).hexdigest(),
+            "prompt": prompt if result.store_prompt else "",
+        }
+    )

@@ -1,0 +1,125 @@
+"""Two schedulers, one set of jobs.
+
+The jobs (`failover_site.runtime.jobs`) are the same functions in both modes; only who runs
+them differs:
+
+- `celery` (production): a worker with beat on the Redis broker runs the periodic jobs and the
+  one-off ones (alert delivery, the flap-window check). Periodic tasks carry `expires`, so a
+  stopped worker doesn't come back to a backlog that fires all at once.
+- `inprocess` (the embedded mode): each serving process runs the periodic jobs as asyncio tasks
+  beside its requests, and the one-off jobs in a few threads (they are sync: ORM and HTTP).
+
+Either way nothing here runs on a request's path: a request only hands work over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from django.conf import settings
+from django.db import close_old_connections
+
+from failover_site.celery import app as celery_app
+from failover_site.runtime import jobs
+from failover_site.runtime.gateway import Gateway
+from failover_site.runtime.jobs import Periodic
+from providers.aio import spawn
+
+logger = logging.getLogger(__name__)
+
+# A one-off job that no worker picks up within this long is dropped by the broker (the event
+# stays in the database with its status, so nothing is lost from the record).
+ONE_OFF_EXPIRES_S = 3600
+
+
+def uses_celery() -> bool:
+    return settings.BACKGROUND_JOBS == "celery"
+
+
+_threads = ThreadPoolExecutor(max_workers=4, thread_name_prefix="failover-jobs")
+
+
+def run_one_off(name: str, *args: Any) -> None:
+    """Run a one-off job here and now (sync; a worker's task or one of this process's threads)."""
+    try:
+        jobs.ONE_OFF[name](*args)
+    except Exception:
+        logger.exception("background job %s%r failed", name, args)
+    finally:
+        close_old_connections()
+
+
+def enqueue(name: str, *args: Any, countdown: float = 0.0, local: bool = False) -> None:
+    """Hand a one-off job over, without waiting: to a Celery worker, or to this process's
+    threads. `local` keeps it here even in the Celery mode (an alert that Celery itself is
+    down). Publishing to the broker happens on a thread too, so a stalled broker never holds
+    up the caller (the database thread of a serving process)."""
+    assert name in jobs.ONE_OFF, name
+    if uses_celery() and not local:
+        _threads.submit(_publish, name, args, countdown)
+    else:
+        _run_here(name, args, countdown)
+
+
+def _publish(name: str, args: tuple[Any, ...], countdown: float) -> None:
+    try:
+        celery_app.send_task(
+            f"failover.{name}",
+            args=args,
+            countdown=countdown,
+            expires=countdown + ONE_OFF_EXPIRES_S,
+        )
+    except Exception:  # the broker is unreachable: do it here rather than not at all
+        logger.exception("could not queue %s on Celery; running it in this process", name)
+        _run_here(name, args, countdown)
+
+
+def _run_here(name: str, args: tuple[Any, ...], countdown: float) -> None:
+    if countdown > 0:
+        timer = threading.Timer(countdown, _threads.submit, args=(run_one_off, name, *args))
+        timer.daemon = True
+        timer.start()
+    else:
+        _threads.submit(run_one_off, name, *args)
+
+
+class InProcessScheduler:
+    """The periodic jobs as asyncio tasks on a serving process's loop."""
+
+    def __init__(self, gateway: Gateway, periodic: tuple[Periodic, ...] | None = None) -> None:
+        self.gateway = gateway
+        self.jobs = periodic if periodic is not None else jobs.PERIODIC
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        if not self._tasks:
+            self._tasks = [spawn(self._every(job)) for job in self.jobs]
+
+    async def _every(self, periodic: Periodic) -> None:
+        while True:
+            try:
+                await periodic.job(self.gateway)
+            except Exception:
+                logger.exception("background job %s failed", periodic.name)
+            await asyncio.sleep(periodic.every_s)
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+
+
+def serving_process_jobs() -> tuple[Periodic, ...]:
+    """What a serving process runs itself: everything in the in-process mode; with Celery, only
+    the watch on the sentinel (an alert that the workers have stopped can't come from them)."""
+    if not uses_celery():
+        return jobs.PERIODIC
+    return (jobs.SENTINEL_WATCH,)

@@ -1,0 +1,132 @@
+"""One pooled HTTP client per provider, reused by every request of this process.
+
+Connections stay open between requests (keep-alive), so a call costs one round trip, not a
+handshake. A provider whose configuration changes gets a new client; the old one is closed.
+The client never retries on its own: the router decides what follows a failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import httpx
+from django.conf import settings
+
+from providers.adapters import ADAPTERS
+from providers.adapters.base import ProviderAdapter
+from providers.adapters.transport import AiohttpTransport
+from providers.aio import LoopLocal, spawn
+from providers.engine.config import ProviderConfig
+
+logger = logging.getLogger(__name__)
+
+# Enough connections per provider for a busy process; past this, calls queue in the pool.
+MAX_CONNECTIONS = 256
+
+
+def _transport(limits: httpx.Limits) -> httpx.AsyncBaseTransport | None:
+    """httpx's own connection pool, or aiohttp's under httpx's API (PROVIDER_HTTP_CLIENT)."""
+    if settings.PROVIDER_HTTP_CLIENT == "aiohttp":
+        return AiohttpTransport(limits=limits)
+    return None
+
+
+class _NoCookies(httpx.Cookies):
+    def extract_cookies(self, response: httpx.Response) -> None:
+        return None
+
+
+class ProviderClient(httpx.AsyncClient):
+    """An httpx client that keeps no cookies: an upstream's Set-Cookie must never ride along
+    on the next request (another user's), and skipping the cookie jar saves real time on
+    every call."""
+
+    _no_cookies = _NoCookies()
+
+    @property
+    def cookies(self) -> httpx.Cookies:
+        return self._no_cookies
+
+    @cookies.setter
+    def cookies(self, cookies: object) -> None:
+        return None
+
+
+def make_client(config: ProviderConfig) -> httpx.AsyncClient:
+    limits = httpx.Limits(
+        max_connections=MAX_CONNECTIONS,
+        max_keepalive_connections=MAX_CONNECTIONS,
+        keepalive_expiry=30,
+    )
+    return ProviderClient(
+        base_url=config.http_base_url,
+        timeout=config.timeout_s,
+        limits=limits,
+        transport=_transport(limits),
+        # No proxies or netrc from the environment: a provider is reached the way it's configured.
+        trust_env=False,
+        follow_redirects=False,
+    )
+
+
+def _connection_key(config: ProviderConfig) -> tuple[str, str, str]:
+    """What a client is bound to. Priority, prices, model or timeout changing keeps it."""
+    return (config.kind, config.http_base_url, config.api_key)
+
+
+class AdapterPool:
+    def __init__(self) -> None:
+        self._adapters: LoopLocal[dict[str, ProviderAdapter]] = LoopLocal(dict)
+        self._closing: set[asyncio.Task[None]] = set()
+        self._replaced: set[httpx.AsyncClient] = set()
+
+    def get(self, config: ProviderConfig) -> ProviderAdapter | None:
+        """The adapter for this configuration, made on first use; None for a kind this
+        version cannot speak."""
+        adapters = self._adapters.get()
+        adapter = adapters.get(config.name)
+        if adapter is not None and adapter.config == config:
+            return adapter
+        adapter_class = ADAPTERS.get(config.kind)
+        if adapter_class is None:
+            return None
+        if adapter is not None and _connection_key(adapter.config) == _connection_key(config):
+            client = adapter.client  # same endpoint and key: keep its warm connections
+        else:
+            if adapter is not None:
+                self._close_later(adapter)
+            client = make_client(config)
+        adapters[config.name] = adapter_class(config, client)
+        return adapters[config.name]
+
+    def adapters(self) -> list[ProviderAdapter]:
+        adapters = self._adapters.peek()
+        return list(adapters.values()) if adapters else []
+
+    def _close_later(self, adapter: ProviderAdapter) -> None:
+        """Close a replaced client once the calls already on it have had their time."""
+
+        client = adapter.client
+        self._replaced.add(client)
+
+        async def close() -> None:
+            await asyncio.sleep(adapter.config.timeout_s + 1)
+            await client.aclose()
+            self._replaced.discard(client)
+
+        task = spawn(close())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    async def aclose(self) -> None:
+        """Close this loop's clients (on shutdown)."""
+        adapters = self._adapters.peek() or {}
+        for task in list(self._closing):
+            task.cancel()  # shutting down: the replaced clients close now, with the rest
+        await asyncio.gather(*self._closing, return_exceptions=True)
+        clients = {id(a.client): a.client for a in adapters.values()}
+        clients.update({id(client): client for client in self._replaced})
+        await asyncio.gather(*(client.aclose() for client in clients.values()))
+        adapters.clear()
+        self._replaced.clear()

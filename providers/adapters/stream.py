@@ -1,0 +1,113 @@
+"""A streamed answer, handed to the router once its first text is in."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncGenerator
+from typing import TYPE_CHECKING
+
+import httpx
+
+from providers.adapters.errors import ErrorClass
+from providers.adapters.messages import Completion, estimate_tokens
+
+if TYPE_CHECKING:
+    from providers.adapters.base import ProviderAdapter
+
+
+class CompletionStream:
+    """An answer arriving piece by piece, handed over once its first text is in (`first`).
+
+    `rest()` yields the remaining text; a stream that breaks raises ProviderError from it.
+    The adapter's `stream_event` fills in the usage and finish reason as events arrive.
+    """
+
+    def __init__(
+        self, adapter: ProviderAdapter, response: httpx.Response, idle_s: float, started: float
+    ) -> None:
+        self.adapter = adapter
+        self.provider = adapter.name
+        self.first = ""
+        self.parts: list[str] = []
+        self.tokens_in = 0
+        self.tokens_out = 0
+        self.finish_reason = ""
+        self.done = False
+        self.started = started
+        self.first_token_s = 0.0  # how long the first text took
+        self._response = response
+        self._lines = response.aiter_lines()
+        self._idle_s = idle_s
+        self._closed = False
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+    async def next_text(self, deadline: float, timeout_message: str) -> str | None:
+        """The next non-empty text, or None once the stream has ended properly."""
+        adapter = self.adapter
+        sse = adapter.stream_framing == "sse"
+        while not self.done:
+            with adapter._classified(timeout_message):
+                async with asyncio.timeout_at(deadline):
+                    try:
+                        line = await anext(self._lines)
+                    except StopAsyncIteration:
+                        line = None
+            if line is None:
+                if self.finish_reason:  # ended without its end marker, but after the finish
+                    self.done = True
+                    break
+                raise adapter._failed(ErrorClass.REFUSED, "the stream ended before its end")
+            if sse:
+                if not line.startswith("data:"):
+                    continue  # event names, comments, blank separators
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    self.done = True
+                    break
+            else:
+                data = line.strip()
+                if not data:
+                    continue
+            try:
+                event = json.loads(data)
+            except (ValueError, RecursionError):
+                raise adapter.malformed("a stream event is not JSON") from None
+            text = adapter.stream_event(event, self)
+            if text:
+                self.parts.append(text)
+                return text
+        return None
+
+    async def rest(self) -> AsyncGenerator[str, None]:
+        """The text after `first`, piece by piece, until the stream ends."""
+        try:
+            loop = asyncio.get_running_loop()
+            while True:
+                text = await self.next_text(
+                    loop.time() + self._idle_s, f"no text for {self._idle_s:.2f} s mid-answer"
+                )
+                if text is None:
+                    break
+                yield text
+        finally:
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        if not self._closed:
+            self._closed = True
+            await self._response.aclose()
+
+    def completion(self, latency_ms: float) -> Completion:
+        """The whole answer, once the stream is done (for the cache and the ledger)."""
+        return Completion(
+            text=self.text,
+            provider=self.provider,
+            tokens_in=self.tokens_in,
+            tokens_out=self.tokens_out or estimate_tokens(self.text),
+            latency_ms=latency_ms,
+            finish_reason=self.finish_reason,
+        )

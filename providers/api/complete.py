@@ -1,0 +1,84 @@
+"""The frontends' endpoint: `POST /api/v1/complete`, one prompt in, one answer out.
+
+Errors are JSON, `{"error": {"code", "message", "field"?}}` (`providers.api.common`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from django.http import HttpRequest, JsonResponse
+
+from failover_site.runtime.gateway import get_gateway
+from failover_site.runtime.outcomes import record_call
+from providers.adapters.messages import CompletionRequest
+from providers.api.common import (
+    ApiError,
+    checked_envelope,
+    checked_host,
+    error_response,
+    failover_headers,
+    json_errors,
+    route_request,
+    route_safely,
+)
+from providers.api.validation import parse_complete
+
+
+@json_errors
+async def not_found(request: HttpRequest) -> JsonResponse:
+    return error_response(ApiError(404, "not_found", f"No endpoint at {request.path}."))
+
+
+@json_errors
+async def complete(request: HttpRequest) -> JsonResponse:
+    started = time.perf_counter()
+    if request.method != "POST":
+        response = error_response(ApiError(405, "method_not_allowed", "Use POST with a JSON body."))
+        response["Allow"] = "POST"
+        return response
+    problem = checked_host(request)
+    if problem is None:
+        problem = checked_envelope(request)
+    if problem is not None:
+        return error_response(problem)
+    parsed = parse_complete(request.body)
+    if isinstance(parsed, ApiError):
+        return error_response(parsed)
+
+    routed = route_request(
+        request,
+        parsed,
+        CompletionRequest(
+            prompt=parsed.prompt,
+            system_prompt=parsed.system_prompt,
+            max_tokens=parsed.max_tokens,
+            temperature=parsed.temperature,
+        ),
+    )
+    request_id = routed.request_id
+    gateway = get_gateway()
+    result = await route_safely(routed, gateway)
+    latency_ms = round((time.perf_counter() - started) * 1000)
+    record_call(gateway, routed, result, latency_ms)
+
+    headers = failover_headers(result, request_id)
+    if result.error is not None:
+        body: dict[str, Any] = {"error": {**result.error, "request_id": request_id}}
+        return JsonResponse(body, status=result.status, headers=headers)
+    return JsonResponse(
+        {
+            "text": result.text,
+            "provider": result.provider or None,
+            "tier": result.tier,
+            "is_fallback": result.is_fallback,
+            "degradation_notice": result.degradation_notice,
+            "request_id": request_id,
+            "latency_ms": latency_ms,
+            "tokens_in": result.tokens_in,
+            "tokens_out": result.tokens_out,
+        },
+        status=result.status,
+        headers=headers,
+    )

@@ -1,0 +1,134 @@
+"""The immutable configuration the router reads: providers, policy, budgets and static answers.
+
+Plain data: built from the database by `providers.selectors.snapshot_build` when the config
+version moves, then swapped in whole (`failover_site.runtime.snapshots`), so a request in steady
+state reads plain Python objects and runs no SQL. Keys are resolved from the environment when
+the snapshot is built, once, and never stored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from providers.engine.faq import FaqIndex
+
+# What a request gets when nothing else can answer, until an operator words it otherwise.
+DEFAULT_DEGRADATION_MESSAGE = (
+    "Sorry, our assistant is temporarily unavailable. Please try again in a few minutes, "
+    "or contact support@brightline.example if it's urgent."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderConfig:
+    name: str
+    kind: str
+    base_url: str
+    model: str
+    priority: int
+    is_local: bool
+    timeout_s: float
+    context_window: int
+    weight: int = 100
+    price_input_per_1m: Decimal = Decimal("0")
+    price_output_per_1m: Decimal = Decimal("0")
+    api_key: str = field(default="", repr=False)
+    api_key_env: str = ""  # the variable's name: a provider that names one needs it set
+
+    @property
+    def http_base_url(self) -> str:
+        """The origin the adapter's paths are appended to (a trailing /v1 is the adapter's)."""
+        base = self.base_url.rstrip("/")
+        return base[:-3] if base.endswith("/v1") else base
+
+    def cost(self, tokens_in: int, tokens_out: int) -> Decimal:
+        return (
+            self.price_input_per_1m * tokens_in + self.price_output_per_1m * tokens_out
+        ) / 1_000_000
+
+
+def bucket_width(failure_window_s: int, p95_window_s: int) -> int:
+    """Width of the breaker's statistics buckets: at most ~120 buckets per window."""
+    return max(1, -(-max(failure_window_s, p95_window_s) // 120))
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    consecutive_failures: int = 3
+    failure_rate_pct: float = 30
+    failure_window_s: int = 60
+    failure_min_calls: int = 5
+    slow_call_s: float = 8.0
+    slow_call_rate_pct: float = 50
+    p95_latency_s: float = 5.0
+    p95_window_s: int = 120
+    cooldown_s: int = 60
+    cooldown_multiplier: float = 2.0
+    max_cooldown_s: int = 600
+    half_open_probes: int = 3
+    request_deadline_s: float = 30.0
+    static_match_threshold: int = 85
+    kill_switch: str = "off"
+    kill_switch_provider: str = ""
+    degradation_message: str = DEFAULT_DEGRADATION_MESSAGE
+    store_prompts: bool = False
+    local_only_tasks: frozenset[str] = frozenset()
+    no_fallback_tasks: frozenset[str] = frozenset()
+    cache_ttl_s: int = 86_400
+    cache_mode: str = "fallback"  # fallback / cost_saver / off
+    cloud_share_target_pct: float = 5.0
+    first_token_timeout_s: float = 10.0
+    strategy: str = "priority"  # priority / hedged / weighted
+    hedge_after_ms: int = 2000
+    # The health sentinel (DESIGN.md, "Breaker") and the warm keepalive.
+    sentinel_interval_s: int = 30
+    sentinel_window: int = 5
+    sentinel_degraded_after: int = 3
+    sentinel_down_after_s: int = 300
+    sentinel_check_timeout_s: float = 5.0
+    sentinel_paid_probe: bool = False
+    keepalive_enabled: bool = False
+    keepalive_interval_s: int = 180
+
+    @property
+    def bucket_s(self) -> int:
+        return bucket_width(self.failure_window_s, self.p95_window_s)
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetConfig:
+    id: int
+    scope: str  # all / provider / client
+    period: str  # day / month
+    cap: Decimal
+    currency: str
+    warn_pct: int
+    high_priority_only_pct: int
+    hard_stop_pct: int
+    provider: str = ""
+    client: str = ""
+
+    def applies_to(self, provider: ProviderConfig, client: str) -> bool:
+        if self.scope == "provider":
+            return self.provider == provider.name
+        if self.scope == "client":
+            return self.client == client and not provider.is_local
+        # Local providers are never blocked by a cloud budget.
+        return not provider.is_local
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    version: int
+    providers: tuple[ProviderConfig, ...]  # enabled ones, by priority
+    policy: PolicyConfig
+    budgets: tuple[BudgetConfig, ...] = ()
+    faq: FaqIndex = field(default_factory=lambda: FaqIndex(()))
+
+    @property
+    def primary(self) -> ProviderConfig | None:
+        return self.providers[0] if self.providers else None
+
+    def provider(self, name: str) -> ProviderConfig | None:
+        return next((p for p in self.providers if p.name == name), None)

@@ -1,0 +1,88 @@
+"""The health verdict the sentinel's checks add up to, as pure rules (the clock passed in).
+
+- `degraded_after` bad results in the window → DEGRADED: normal-priority traffic stays on the
+  provider, high priority moves on;
+- DEGRADED for `down_after_s` → DOWN: the provider is skipped;
+- back to HEALTHY only once the whole window is clean, so a provider doesn't flap.
+
+The stores apply `next_health` atomically (`StateStore.health_record`; the Redis store in Lua).
+The router reads the verdict with the breaker, in the same round trip (`BreakerState.health`),
+and `health_skip` says what it means for a request. "unknown" (no check yet, or the sentinel
+stopped long enough for its verdicts to lapse) counts as healthy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from providers.engine.config import PolicyConfig
+
+# A verdict not refreshed for this many intervals lapses back to unknown: a sentinel that has
+# stopped must not keep a provider skipped for ever (the breaker still guards it). The watchdog
+# calls the sentinel stopped after 3 missed intervals; this is well past that.
+HEALTH_STALE_INTERVALS = 10
+
+
+class Health(StrEnum):
+    UNKNOWN = "unknown"
+    HEALTHY = "healthy"
+    DEGRADED = "degraded"
+    DOWN = "down"
+
+
+@dataclass(frozen=True, slots=True)
+class HealthState:
+    """A provider's verdict: `status` since `since`, from `window` (the last results, newest
+    last), the last check's `detail` and when it ran (`checked_at`, 0 for never)."""
+
+    status: Health = Health.UNKNOWN
+    since: float = 0.0
+    window: tuple[bool, ...] = ()
+    detail: str = ""
+    checked_at: float = 0.0
+
+
+def next_health(
+    current: HealthState,
+    ok: bool,
+    *,
+    now: float,
+    window: int,
+    degraded_after: int,
+    down_after_s: float,
+    detail: str = "",
+) -> HealthState:
+    """The verdict once one more result is in. (`state_redis._HEALTH_RECORD` is the same rule
+    in Lua: change both.)"""
+    window = max(1, window)
+    results = (*current.window, ok)[-window:]
+    clean = len(results) == window and all(results)
+    status = current.status
+    if status == Health.DEGRADED:
+        if clean:
+            status = Health.HEALTHY
+        elif now - current.since >= down_after_s:
+            status = Health.DOWN
+    elif status == Health.DOWN:
+        if clean:
+            status = Health.HEALTHY
+    else:  # unknown or healthy
+        bad = results.count(False)
+        status = Health.DEGRADED if bad >= degraded_after else Health.HEALTHY
+    since = now if status != current.status else current.since
+    return HealthState(status, since, results, detail, now)
+
+
+def health_skip(health: str, priority: str) -> str:
+    """Why a request passes this provider by, from its health ("" to try it)."""
+    if health == Health.DOWN:
+        return "health_down"
+    if health == Health.DEGRADED and priority == "high":
+        return "health_degraded"
+    return ""
+
+
+def health_ttl(policy: PolicyConfig) -> float:
+    """How long a provider's verdict holds without a new check."""
+    return max(60.0, HEALTH_STALE_INTERVALS * max(policy.sentinel_interval_s, 1))

@@ -1,0 +1,102 @@
+"""The provider registry: who can answer, where, with which key variable, at what price."""
+
+from __future__ import annotations
+
+import os
+from decimal import Decimal
+
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.utils import timezone
+
+from providers.models.validators import at_least, env_var_name_validator, http_url_validator
+
+
+class ProviderKind(models.TextChoices):
+    OLLAMA = "ollama", "Ollama"
+    OPENAI_COMPATIBLE = "openai", "OpenAI-compatible"
+    ANTHROPIC = "anthropic", "Anthropic"
+
+
+class Provider(models.Model):
+    """One upstream model endpoint the router may send a request to."""
+
+    name = models.SlugField(
+        max_length=64, unique=True, help_text="Short unique name, used in headers and the ledger."
+    )
+    kind = models.CharField(max_length=16, choices=ProviderKind.choices)
+    base_url = models.URLField(
+        "base URL",
+        max_length=500,
+        validators=[http_url_validator],
+        help_text="e.g. http://127.0.0.1:11434 for Ollama, https://api.openai.com for OpenAI.",
+    )
+    model = models.CharField(max_length=200, help_text="The model name the provider expects.")
+    api_key_env = models.CharField(
+        "API key variable",
+        max_length=100,
+        blank=True,
+        validators=[env_var_name_validator],
+        help_text="Name of the environment variable holding the API key. "
+        "The key itself never enters the database.",
+    )
+    priority = models.PositiveSmallIntegerField(
+        default=100, help_text="Lower goes first. The lowest enabled provider is the primary."
+    )
+    weight = models.PositiveSmallIntegerField(
+        default=100,
+        validators=[
+            MinValueValidator(1, "The weight must be at least 1."),
+            MaxValueValidator(10_000, "The weight must be at most 10000."),
+        ],
+        help_text="With the weighted strategy, providers of the same priority share traffic in "
+        "proportion to their weights (each user stays on one of them).",
+    )
+    enabled = models.BooleanField(default=True)
+    is_local = models.BooleanField(
+        "self-hosted",
+        default=False,
+        help_text="Self-hosted (local) rather than a cloud API: local-only traffic may use it "
+        "and cloud budgets never block it.",
+    )
+    timeout_s = models.FloatField(
+        "timeout (s)",
+        default=15.0,
+        validators=[
+            MinValueValidator(0.1, "The timeout must be at least 0.1 s."),
+            MaxValueValidator(600, "The timeout must be at most 600 s."),
+        ],
+    )
+    context_window = models.PositiveIntegerField(
+        default=8192,
+        validators=at_least(256, "The context window"),
+        help_text="In tokens.",
+    )
+    price_input_per_1m = models.DecimalField(
+        "price per 1M input tokens",
+        max_digits=12,
+        decimal_places=6,
+        default=Decimal("0"),
+        validators=[MinValueValidator(Decimal("0"), "A price cannot be negative.")],
+    )
+    price_output_per_1m = models.DecimalField(
+        "price per 1M output tokens",
+        max_digits=12,
+        decimal_places=6,
+        default=Decimal("0"),
+        validators=[MinValueValidator(Decimal("0"), "A price cannot be negative.")],
+    )
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["priority", "name"]
+        indexes = [models.Index(fields=["enabled", "priority"], name="provider_enabled_prio")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.get_kind_display()}, {self.model})"
+
+    @property
+    def api_key_configured(self) -> bool:
+        """Whether the named variable is set in this process, without reading it out."""
+        return bool(self.api_key_env and os.environ.get(self.api_key_env))

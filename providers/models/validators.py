@@ -1,0 +1,40 @@
+"""Validators the control plane's models share (and the alert channels' URLs)."""
+
+from __future__ import annotations
+
+import re
+
+from django.core.validators import (
+    MaxValueValidator,
+    MinValueValidator,
+    RegexValidator,
+    URLValidator,
+)
+
+http_url_validator = URLValidator(
+    schemes=["http", "https"],
+    message="Enter an http:// or https:// URL.",
+    # Its own code, so a form doesn't swap the message for its generic "Enter a valid URL."
+    code="invalid_url_scheme",
+)
+env_var_name_validator = RegexValidator(
+    r"^[A-Z_][A-Z0-9_]*$",
+    "Enter the name of an environment variable (capitals, digits and underscores, "
+    "e.g. OPENAI_API_KEY), not the key itself.",
+    code="invalid_env_var_name",
+)
+
+
+# What a task name may be, here and in a request's "task" field.
+TASK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def percent(field_label: str) -> list:
+    return [
+        MinValueValidator(0, f"{field_label} must be between 0 and 100."),
+        MaxValueValidator(100, f"{field_label} must be between 0 and 100."),
+    ]
+
+
+def at_least(minimum: float, field_label: str) -> list:
+    return [MinValueValidator(minimum, f"{field_label} must be at least {minimum}.")]

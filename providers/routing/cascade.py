@@ -1,0 +1,314 @@
+"""The cascade: for one request, who answers.
+
+Kill switch → the answer cache when the policy saves cost with it → providers (by priority,
+weighted or hedged, filtered by what the request allows, the breaker and the budgets), each
+given min(its timeout, the time left) and judged by the error table → the cached answer → the
+static answer → the degradation message. DESIGN.md, "A request's walk".
+
+A streamed request is routed the same way up to its first token: a provider that fails before
+then (or doesn't start within the policy's time to first token) is passed over like any other.
+From the first token on the answer belongs to that provider; `finish_stream` settles its
+bookkeeping once the stream has ended, whole or broken.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from providers.adapters.errors import ProviderError
+from providers.adapters.stream import CompletionStream
+from providers.engine.breaker import BreakerEvent
+from providers.engine.config import ProviderConfig, Snapshot
+from providers.routing.answer_cache import CachedAnswer, answer_key, cache_read
+from providers.routing.attempts import settle
+from providers.routing.ports import Ports, Runtime
+from providers.routing.strategies import hedged, in_turn, ordered
+from providers.routing.walk import Attempt, AttemptResult, Refused, RouteRequest, Ticket, Walk
+
+__all__ = ["Attempt", "RouteRequest", "RouteResult", "finish_stream", "route"]
+
+logger = logging.getLogger(__name__)
+
+STATIC_NOTICE = (
+    "The assistant is unavailable right now; this is a prepared answer to a common question."
+)
+
+CACHED_NOTICE = (
+    "The assistant is unavailable right now; this answer was saved earlier and may be out of date."
+)
+
+DEGRADED_NOTICE = "The assistant is unavailable right now."
+
+
+@dataclass(slots=True)
+class RouteResult:
+    text: str
+    tier: str  # primary / secondary / cache / static / degraded / none
+    status: int = 200
+    provider: str = ""
+    is_fallback: bool = False
+    degradation_notice: str | None = None
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost: Decimal = Decimal("0")
+    reason: str = ""
+    static_answer_id: int | None = None
+    cache_hit: bool = False
+    cached_age_s: int | None = None
+    finish_reason: str = "stop"
+    error: dict[str, Any] | None = None
+    store_prompt: bool = False  # the policy keeps prompts in the ledger
+    # A streamed answer whose first token has arrived: the rest is read by the view, then
+    # `finish_stream` settles it. `interrupted` is set when it broke before its end.
+    stream: CompletionStream | None = None
+    interrupted: bool = False
+    attempts: list[Attempt] = field(default_factory=list)
+    events: list[BreakerEvent] = field(default_factory=list)
+    _pending: _Pending | None = None
+
+    @property
+    def outcome(self) -> str:
+        if self.error is not None or self.interrupted:
+            return "rejected" if self.status < 500 and not self.interrupted else "failed"
+        return "fallback" if self.is_fallback else "ok"
+
+
+@dataclass(slots=True)
+class _Pending:
+    walk: Walk
+    ticket: Ticket
+    attempt: Attempt
+
+
+async def route(request: RouteRequest, runtime: Runtime) -> RouteResult:
+    snapshot = await runtime.snapshots.current()
+    result = await _route(request, snapshot, runtime.ports)
+    result.store_prompt = snapshot.policy.store_prompts
+    return result
+
+
+async def _route(request: RouteRequest, snapshot: Snapshot, ports: Ports) -> RouteResult:
+    policy = snapshot.policy
+    use_cache = request.use_cache and policy.cache_mode != "off"
+    walk = Walk(
+        request=request,
+        snapshot=snapshot,
+        ports=ports,
+        deadline=ports.clock.mono() + policy.request_deadline_s,
+        cache_key=answer_key(request.completion) if use_cache else "",
+        events=[],
+    )
+    attempts: list[Attempt] = []
+
+    if policy.kill_switch == "static_only":
+        return await _fallback(walk, attempts, "kill_switch_static_only", cache=False)
+    candidates: Sequence[ProviderConfig] = snapshot.providers
+    forced_reason = ""
+    if policy.kill_switch == "force_provider":
+        forced = snapshot.provider(policy.kill_switch_provider)
+        candidates = (forced,) if forced is not None else ()
+        forced_reason = "kill_switch_forced"
+    elif (
+        walk.cache_key
+        and policy.cache_mode == "cost_saver"
+        # A provider asked for by name, or a task that takes no fallback, wants a fresh answer.
+        and not request.prefer
+        and request.task not in policy.no_fallback_tasks
+    ):
+        hit = await cache_read(ports.store, walk.cache_key)
+        if hit is not None:
+            return _cached(walk, hit, attempts, "cache_cost_saver", fallback=False)
+        candidates = ordered(candidates, request, policy)
+    else:
+        candidates = ordered(candidates, request, policy)
+
+    if policy.strategy == "hedged":
+        answered = await hedged(walk, candidates, attempts)
+    else:
+        answered = await in_turn(walk, candidates, attempts)
+    if isinstance(answered, Refused):
+        return _client_error(answered.error, answered.provider, attempts, walk.events)
+    if answered is not None:
+        return _answered(walk, answered, attempts, forced_reason)
+
+    reason = forced_reason or _reason_from(snapshot, attempts) or "no_provider"
+    if request.task and request.task in policy.no_fallback_tasks:
+        return RouteResult(
+            text="",
+            tier="none",
+            status=503,
+            reason=reason,
+            error={
+                "code": "providers_unavailable",
+                "message": "No provider could answer, and this task takes no fallback answer.",
+            },
+            attempts=attempts,
+            events=walk.events,
+        )
+    return await _fallback(walk, attempts, reason, cache=bool(walk.cache_key))
+
+
+async def finish_stream(
+    result: RouteResult, error: ProviderError | None = None, *, client_gone: bool = False
+) -> None:
+    """Settle a streamed answer once it has ended: whole (no error), broken by its provider
+    (`error`: a breaker failure, and the answer is a failed one in the ledger) or abandoned
+    by the client (`client_gone`: nothing against the provider, nothing cached)."""
+    pending, stream = result._pending, result.stream
+    if pending is None or stream is None:
+        return
+    result._pending = None
+    walk, ticket, attempt = pending.walk, pending.ticket, pending.attempt
+    total_s = walk.ports.clock.mono() - ticket.started
+    completion = stream.completion(total_s * 1000)
+    whole = error is None and not client_gone
+    # The breaker judges a stream by its time to first token: a long answer isn't a slow call.
+    first_token_s = attempt.latency_ms / 1000
+    settled, cost = await settle(walk, ticket, completion, error, first_token_s, cache=whole)
+    attempt.outcome, attempt.error_class = settled.outcome, settled.error_class
+    attempt.latency_ms, attempt.status, attempt.detail = (
+        settled.latency_ms,
+        settled.status,
+        settled.detail,
+    )
+    result.text = completion.text
+    result.tokens_in, result.tokens_out, result.cost = (
+        completion.tokens_in,
+        completion.tokens_out,
+        cost,
+    )
+    result.finish_reason = _finish_reason(stream.finish_reason)
+    if not whole:
+        result.interrupted = True
+        result.reason = "client_disconnected" if client_gone else "stream_interrupted"
+        if error is not None:
+            attempt.detail = f"after the first token: {error.message}"[:200]
+
+
+def _finish_reason(reason: str) -> str:
+    """An upstream's finish reason in OpenAI's words."""
+    if reason in ("length", "max_tokens"):
+        return "length"
+    return "stop"
+
+
+def _reason_from(snapshot: Snapshot, attempts: list[Attempt]) -> str:
+    """Why the primary didn't serve: `primary_breaker_open`, `primary_timeout` …"""
+    primary = snapshot.primary
+    for attempt in attempts:
+        if (
+            primary is not None
+            and attempt.provider == primary.name
+            and attempt.outcome not in ("ok", "cancelled")
+        ):
+            return f"primary_{attempt.error_class}"
+    if any(a.outcome == "cancelled" for a in attempts):
+        return "hedged"
+    return "all_providers_failed" if attempts else ""
+
+
+def _answered(
+    walk: Walk, result: AttemptResult, attempts: list[Attempt], forced_reason: str
+) -> RouteResult:
+    primary = walk.snapshot.primary
+    name = result.attempt.provider
+    is_primary = primary is not None and name == primary.name
+    reason = forced_reason or ("" if is_primary else _reason_from(walk.snapshot, attempts))
+    if walk.request.prefer == name and not forced_reason:
+        reason = "" if is_primary else "requested_by_name"
+    routed = RouteResult(
+        text="",
+        tier="primary" if is_primary else "secondary",
+        provider=name,
+        reason=reason,
+        attempts=attempts,
+        events=walk.events,
+    )
+    if result.stream is not None:
+        assert result.ticket is not None
+        routed.text = result.stream.first
+        routed.stream = result.stream
+        routed._pending = _Pending(walk, result.ticket, result.attempt)
+        return routed
+    completion = result.completion
+    assert completion is not None
+    routed.text = completion.text
+    routed.finish_reason = _finish_reason(completion.finish_reason)
+    routed.tokens_in, routed.tokens_out = completion.tokens_in, completion.tokens_out
+    routed.cost = result.cost
+    return routed
+
+
+def _client_error(
+    error: ProviderError,
+    provider: ProviderConfig,
+    attempts: list[Attempt],
+    events: list[BreakerEvent],
+) -> RouteResult:
+    status = error.status if error.status in (400, 422) else 400
+    return RouteResult(
+        text="",
+        tier="none",
+        status=status,
+        reason="client_error",
+        error={
+            "code": "invalid_request",
+            "message": f"The provider rejected the request: {error.message}",
+            "provider": provider.name,
+        },
+        attempts=attempts,
+        events=events,
+    )
+
+
+def _cached(
+    walk: Walk, hit: CachedAnswer, attempts: list[Attempt], reason: str, *, fallback: bool
+) -> RouteResult:
+    return RouteResult(
+        text=hit.text,
+        tier="cache",
+        is_fallback=fallback,
+        degradation_notice=CACHED_NOTICE if fallback else None,
+        reason=reason,
+        cache_hit=True,
+        cached_age_s=hit.age_s(walk.ports.clock.wall()),
+        attempts=attempts,
+        events=walk.events,
+    )
+
+
+async def _fallback(
+    walk: Walk, attempts: list[Attempt], reason: str, *, cache: bool
+) -> RouteResult:
+    """No provider answered: the cached answer, the static answer, or the apology."""
+    if cache:
+        hit = await cache_read(walk.ports.store, walk.cache_key)
+        if hit is not None:
+            return _cached(walk, hit, attempts, reason, fallback=True)
+    policy = walk.policy
+    prompt = walk.request.completion.prompt
+    match = walk.snapshot.faq.match(prompt, threshold=policy.static_match_threshold)
+    if match is not None:
+        return RouteResult(
+            text=match.entry.answer,
+            tier="static",
+            is_fallback=True,
+            degradation_notice=STATIC_NOTICE,
+            reason=reason,
+            static_answer_id=match.entry.answer_id,
+            attempts=attempts,
+            events=walk.events,
+        )
+    return RouteResult(
+        text=policy.degradation_message,
+        tier="degraded",
+        is_fallback=True,
+        degradation_notice=DEGRADED_NOTICE,
+        reason=reason,
+        attempts=attempts,
+        events=walk.events,
+    )

@@ -1,0 +1,37 @@
+"""What the engine is handed by the process that runs it: the ports a walk talks through (the
+shared state, the clock, the adapters) and the source of the current configuration snapshot.
+
+The runtime's `Gateway` (`failover_site.runtime.gateway`) is one; tests build their own. Nothing
+here knows the runtime: the engine sees these few things, never the process around them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from providers.adapters.pool import AdapterPool
+from providers.engine.clock import Clock
+from providers.engine.config import Snapshot
+from providers.state.contract import StateStore
+
+
+@dataclass(frozen=True, slots=True)
+class Ports:
+    store: StateStore
+    clock: Clock
+    adapters: AdapterPool
+
+
+class SnapshotSource(Protocol):
+    async def current(self) -> Snapshot: ...
+
+
+class Runtime(Protocol):
+    """The current snapshot and the ports: what `route`, the sentinel and the keepalive need."""
+
+    @property
+    def snapshots(self) -> SnapshotSource: ...
+
+    @property
+    def ports(self) -> Ports: ...

@@ -1,0 +1,107 @@
+"""What one request's route is made of: the request, its attempts, and what each attempt
+carries from admission to settling. Shared by the cascade (`router`), the strategies and the
+attempts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from providers.adapters.base import ProviderAdapter
+from providers.adapters.errors import ProviderError
+from providers.adapters.messages import Completion, CompletionRequest
+from providers.adapters.stream import CompletionStream
+from providers.engine.breaker import BreakerEvent, BreakerState
+from providers.engine.config import BudgetConfig, PolicyConfig, ProviderConfig, Snapshot
+from providers.routing.ports import Ports
+
+# An attempt with less time than this left isn't worth starting.
+MIN_ATTEMPT_S = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class RouteRequest:
+    completion: CompletionRequest
+    request_id: str
+    priority: str = "normal"
+    task: str = ""
+    allow_cloud: bool = True
+    client: str = ""
+    stream: bool = False
+    use_cache: bool = True
+    prefer: str = ""  # a provider asked for by name: tried first, then the cascade
+    sticky_key: str = ""  # the user or session the weighted strategy keeps on one provider
+
+
+@dataclass(slots=True)
+class Attempt:
+    provider: str
+    outcome: str  # ok / error / skipped / cancelled
+    error_class: str = ""
+    latency_ms: int = 0
+    status: int | None = None
+    detail: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        row: dict[str, Any] = {"provider": self.provider, "outcome": self.outcome}
+        if self.error_class:
+            row["error_class"] = self.error_class
+        if self.outcome != "skipped":
+            row["latency_ms"] = self.latency_ms
+        if self.status is not None:
+            row["status"] = self.status
+        if self.detail:
+            row["detail"] = self.detail
+        return row
+
+
+@dataclass(slots=True)
+class Walk:
+    """One request's route: what every attempt needs to know, and the ports it talks through."""
+
+    request: RouteRequest
+    snapshot: Snapshot
+    ports: Ports
+    deadline: float
+    cache_key: str
+    events: list[BreakerEvent]
+
+    @property
+    def policy(self) -> PolicyConfig:
+        return self.snapshot.policy
+
+
+@dataclass(slots=True)
+class Ticket:
+    """An admitted call: what its settling needs."""
+
+    provider: ProviderConfig
+    adapter: ProviderAdapter
+    state: BreakerState
+    was_probe: bool
+    budgets: list[BudgetConfig]
+    keys: dict[int, tuple[str, int]]
+    started: float
+
+
+@dataclass(slots=True)
+class AttemptResult:
+    attempt: Attempt
+    completion: Completion | None = None
+    stream: CompletionStream | None = None
+    error: ProviderError | None = None
+    cost: Decimal = Decimal("0")
+    ticket: Ticket | None = None  # a stream's, until it is settled
+
+    @property
+    def answered(self) -> bool:
+        return self.completion is not None or self.stream is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A provider said the request itself is at fault (a 400): no other provider is asked."""
+
+    error: ProviderError
+    provider: ProviderConfig

@@ -1,0 +1,67 @@
+"""The record every control-plane write leaves: one `ConfigChange` with who, what, before and
+after, written in the write's own transaction, and the config version moved once it commits."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import models, transaction
+
+from providers.models import ChangeAction, ConfigChange
+from providers.signals import config_committed_send
+
+# Bookkeeping fields that move on every save; a change record lists what an operator changed.
+_NOT_AUDITED = frozenset({"created_at", "updated_at", "updated_by", "hit_count", "last_hit_at"})
+
+Actor = AbstractBaseUser | AnonymousUser | None
+
+
+def instance_snapshot(instance: models.Model) -> dict[str, Any]:
+    """The audited fields of a row as JSON-safe values (foreign keys by id)."""
+    values = {
+        field.attname: field.value_from_object(instance)
+        for field in instance._meta.concrete_fields
+        if field.name not in _NOT_AUDITED
+    }
+    return json.loads(json.dumps(values, cls=DjangoJSONEncoder))
+
+
+def _actor_fields(actor: Actor, actor_name: str) -> dict[str, Any]:
+    if actor is not None and actor.is_authenticated:
+        return {"actor": actor, "actor_name": actor_name or actor.get_username()}
+    return {"actor": None, "actor_name": actor_name or "system"}
+
+
+def config_change_record(
+    *,
+    target: models.Model,
+    action: str,
+    before: dict[str, Any] | None,
+    after: dict[str, Any] | None,
+    actor: Actor = None,
+    actor_name: str = "",
+    reason: str = "",
+) -> ConfigChange | None:
+    """Record one change to a row. An update keeps only the fields that moved; an update that
+    moved nothing records nothing and returns None."""
+    if action == ChangeAction.UPDATE and before is not None and after is not None:
+        moved = [key for key in after if before.get(key) != after[key]]
+        if not moved:
+            return None
+        before = {key: before.get(key) for key in moved}
+        after = {key: after[key] for key in moved}
+    # Every serving process swaps in the new configuration once this change is committed.
+    transaction.on_commit(config_committed_send)
+    return ConfigChange.objects.create(
+        **_actor_fields(actor, actor_name),
+        action=action,
+        target_type=target._meta.label_lower,
+        target_id=str(target.pk) if target.pk is not None else "",
+        target_repr=str(target)[:300],
+        before=before,
+        after=after,
+        reason=reason,
+    )

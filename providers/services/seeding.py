@@ -1,0 +1,153 @@
+"""What the platform ships: the 50 static answers and the demo configuration, each loaded once
+per database (a `SEED` change marks it loaded, so what an operator deleted stays deleted)."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from django.db import models, transaction
+
+from billing.models import Budget, BudgetPeriod, BudgetScope
+from providers.models import ChangeAction, ConfigChange, Provider, ProviderKind, StaticAnswer
+from providers.services.audit import config_change_record, instance_snapshot
+from providers.signals import config_committed_send
+
+DEFAULT_ANSWERS_FILE = Path(__file__).resolve().parent.parent / "data" / "static_answers.json"
+
+
+def _seeded(target_type: str) -> bool:
+    return ConfigChange.objects.filter(action=ChangeAction.SEED, target_type=target_type).exists()
+
+
+@transaction.atomic
+def static_answers_load_defaults(*, path: Path = DEFAULT_ANSWERS_FILE) -> int:
+    """Load the shipped FAQ answers once per database; returns how many were added.
+
+    Once loaded (a SEED change is on record), answers an operator deleted stay deleted.
+    """
+    target_type = StaticAnswer._meta.label_lower
+    if _seeded(target_type):
+        return 0
+    entries = json.loads(path.read_text(encoding="utf-8"))
+    existing = set(StaticAnswer.objects.values_list("question", flat=True))
+    added = [
+        StaticAnswer(
+            question=entry["question"],
+            alternative_phrasings="\n".join(entry["alternatives"]),
+            answer=entry["answer"],
+        )
+        for entry in entries
+        if entry["question"] not in existing
+    ]
+    for answer in added:
+        answer.full_clean()
+    StaticAnswer.objects.bulk_create(added)
+    transaction.on_commit(config_committed_send)
+    ConfigChange.objects.create(
+        actor_name="system",
+        action=ChangeAction.SEED,
+        target_type=target_type,
+        target_repr=f"{len(added)} static answers from {path.name}",
+        after={"count": len(added)},
+    )
+    return len(added)
+
+
+DEMO_PROVIDERS: tuple[dict[str, Any], ...] = (
+    {
+        "name": "ollama-local",
+        "kind": ProviderKind.OLLAMA,
+        "base_url": "http://127.0.0.1:11434",
+        "model": "llama3.1:8b",
+        "priority": 10,
+        "enabled": True,
+        "is_local": True,
+        "timeout_s": 20.0,
+        "context_window": 8192,
+    },
+    {
+        "name": "openai-cloud",
+        "kind": ProviderKind.OPENAI_COMPATIBLE,
+        "base_url": "https://api.openai.com",
+        "model": "gpt-4o-mini",
+        "api_key_env": "OPENAI_API_KEY",
+        "priority": 20,
+        "enabled": True,
+        "is_local": False,
+        "timeout_s": 15.0,
+        "context_window": 128_000,
+        "price_input_per_1m": Decimal("0.15"),
+        "price_output_per_1m": Decimal("0.60"),
+    },
+    {
+        "name": "anthropic-cloud",
+        "kind": ProviderKind.ANTHROPIC,
+        "base_url": "https://api.anthropic.com",
+        "model": "claude-3-5-haiku-latest",
+        "api_key_env": "ANTHROPIC_API_KEY",
+        "priority": 30,
+        "enabled": False,
+        "is_local": False,
+        "timeout_s": 15.0,
+        "context_window": 200_000,
+        "price_input_per_1m": Decimal("0.80"),
+        "price_output_per_1m": Decimal("4.00"),
+    },
+)
+
+
+@transaction.atomic
+def demo_configuration_load() -> bool:
+    """Load the demo providers and budgets once per database; False when already loaded.
+
+    The primary is a local Ollama, the secondary OpenAI's gpt-4o-mini (key from OPENAI_API_KEY),
+    Anthropic is present but disabled; budgets keep a demo's cloud spend small.
+    """
+    target_type = "providers.demo_configuration"
+    if _seeded(target_type):
+        return False
+    created: list[models.Model] = []
+    for values in DEMO_PROVIDERS:
+        if not Provider.objects.filter(name=values["name"]).exists():
+            provider = Provider(**values)
+            provider.full_clean()
+            provider.save()
+            created.append(provider)
+    openai_provider = Provider.objects.get(name="openai-cloud")
+    budgets = [
+        Budget(scope=BudgetScope.ALL, period=BudgetPeriod.DAY, cap=Decimal("5")),
+        Budget(scope=BudgetScope.ALL, period=BudgetPeriod.MONTH, cap=Decimal("100")),
+        Budget(
+            scope=BudgetScope.PROVIDER,
+            provider=openai_provider,
+            period=BudgetPeriod.DAY,
+            cap=Decimal("3"),
+        ),
+    ]
+    for budget in budgets:
+        taken = Budget.objects.filter(
+            scope=budget.scope, provider=budget.provider, client="", period=budget.period
+        ).exists()
+        if not taken:
+            budget.full_clean()
+            budget.save()
+            created.append(budget)
+    for row in created:
+        config_change_record(
+            target=row,
+            action=ChangeAction.CREATE,
+            before=None,
+            after=instance_snapshot(row),
+            reason="demo configuration",
+        )
+    ConfigChange.objects.create(
+        actor_name="system",
+        action=ChangeAction.SEED,
+        target_type=target_type,
+        target_repr="demo configuration",
+        after={"created": [str(row) for row in created]},
+    )
+    return True

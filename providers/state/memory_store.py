@@ -1,0 +1,304 @@
+"""The in-process state store: the embedded mode's, and Redis's stand-in while it is down."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+
+from providers.engine.breaker import BreakerState, Mode, State, WindowStats
+from providers.engine.health import Health, HealthState, next_health
+from providers.state.contract import (
+    BIN_COUNT,
+    CacheWrite,
+    Sample,
+    SpendIncrement,
+    StateStore,
+    Windows,
+    WindowSummary,
+    latency_bin,
+    summarize,
+)
+
+
+@dataclass
+class _ProviderCounters:
+    buckets: dict[int, list[float]] = field(default_factory=dict)
+
+
+class AnswerCache:
+    """A least-recently-used map of answers with per-entry expiry, bounded by entry count and by
+    the values' total size in UTF-8 bytes. An entry is only found expired when it is read (or
+    pushed out as least recently used): nothing sweeps in the background.
+
+    One store serves every event loop of the process (the async views' and the threads that
+    `async_to_sync` runs loops in), so each operation holds a lock.
+    """
+
+    def __init__(self, *, max_entries: int, max_bytes: int, clock: Callable[[], float]) -> None:
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self._clock = clock
+        # key -> (value, expires at on `clock`, size in bytes); the last entry is the newest.
+        self._entries: OrderedDict[str, tuple[str, float, int]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> str | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return None
+            value, expires_at, _ = entry
+            if self._clock() >= expires_at:
+                self._remove(key)
+                return None
+            self._entries.move_to_end(key)
+            return value
+
+    def put(self, key: str, value: str, ttl_s: int) -> None:
+        size = len(value.encode())
+        with self._lock:
+            if key in self._entries:
+                self._remove(key)
+            # A value that could never fit would only empty the cache on its way through.
+            if ttl_s < 1 or size > self.max_bytes:
+                return
+            self._entries[key] = (value, self._clock() + ttl_s, size)
+            self._bytes += size
+            while len(self._entries) > self.max_entries or self._bytes > self.max_bytes:
+                _, (_, _, evicted) = self._entries.popitem(last=False)
+                self._bytes -= evicted
+
+    def _remove(self, key: str) -> None:
+        _, _, size = self._entries.pop(key)
+        self._bytes -= size
+
+
+class MemoryStore(StateStore):
+    """State in this process only: the embedded mode, and Redis's stand-in while it is down."""
+
+    backend = "memory"
+
+    def __init__(
+        self,
+        *,
+        cache_max_entries: int = 10_000,
+        cache_max_bytes: int = 64 * 2**20,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """`clock` times expiries (cached answers, health verdicts, locks); the breaker's and
+        the health window's time is the `now` given."""
+        self._states: dict[str, BreakerState] = {}
+        self._counters: dict[str, _ProviderCounters] = {}
+        # A few keys per budget and period; they stay for the process's life, like the ledger.
+        self._spend: dict[str, float] = {}
+        self._version = 0
+        self._version_lock = threading.Lock()
+        self._cache = AnswerCache(
+            max_entries=cache_max_entries, max_bytes=cache_max_bytes, clock=clock
+        )
+        self._clock = clock
+        # name -> (verdict, when it lapses on `clock`, or None)
+        self._health: dict[str, tuple[HealthState, float | None]] = {}
+        self._locks: dict[str, float] = {}  # key -> held until, on `clock`
+        self._lock_lock = threading.Lock()
+        self._sentinel_last_run: float | None = None
+
+    async def read(
+        self, name: str, spend_keys: Iterable[str] = ()
+    ) -> tuple[BreakerState, dict[str, float]]:
+        spent = {key: self._spend.get(key, 0.0) for key in spend_keys}
+        state = self._states.get(name, BreakerState())
+        health = self._health_of(name).status
+        return (replace(state, health=health) if health != state.health else state), spent
+
+    async def record(
+        self,
+        name: str,
+        sample: Sample,
+        *,
+        now: float,
+        windows: Windows,
+        want_stats: bool,
+        probe_version: int | None = None,
+        spend: tuple[SpendIncrement, ...] = (),
+        cache: CacheWrite | None = None,
+    ) -> tuple[BreakerState, WindowStats | None]:
+        counters = self._counters.setdefault(name, _ProviderCounters())
+        index = windows.bucket(now)
+        bucket = counters.buckets.get(index)
+        if bucket is None:
+            bucket = counters.buckets[index] = [0.0] * (4 + BIN_COUNT)
+            keep_after = index - windows.buckets_in(
+                max(windows.failure_window_s, windows.p95_window_s)
+            )
+            for old in [i for i in counters.buckets if i <= keep_after]:
+                del counters.buckets[old]
+        bucket[0] += 1
+        bucket[1] += sample.failure
+        bucket[2] += sample.slow
+        bucket[3] += sample.over_p95
+        bucket[4 + latency_bin(sample.latency_ms)] += 1
+        current = self._states.get(name, BreakerState())
+        if sample.failure:
+            current = replace(current, consecutive_failures=current.consecutive_failures + 1)
+        elif sample.ok:
+            current = replace(current, consecutive_failures=0)
+            if (
+                probe_version is not None
+                and current.version == probe_version
+                and current.state == State.HALF_OPEN
+            ):
+                current = replace(current, probes_succeeded=current.probes_succeeded + 1)
+        self._states[name] = current
+        for increment in spend:
+            self._spend[increment.key] = self._spend.get(increment.key, 0.0) + increment.amount
+        if cache is not None:
+            self._cache.put(cache.key, cache.value, cache.ttl_s)
+        stats = None
+        if want_stats:
+            stats = self._stats(counters, windows, index, windows.bucket(current.closed_at))
+        return current, stats
+
+    def _stats(
+        self, counters: _ProviderCounters, windows: Windows, index: int, closed_bucket: int
+    ) -> WindowStats:
+        """The windows' sums, from after the breaker last closed."""
+        calls = failures = slow = p95_calls = over = 0
+        failure_from = max(index - windows.buckets_in(windows.failure_window_s), closed_bucket)
+        p95_from = max(index - windows.buckets_in(windows.p95_window_s), closed_bucket)
+        for i, bucket in counters.buckets.items():
+            if i > failure_from:
+                calls += int(bucket[0])
+                failures += int(bucket[1])
+                slow += int(bucket[2])
+            if i > p95_from:
+                p95_calls += int(bucket[0])
+                over += int(bucket[3])
+        return WindowStats(calls, failures, slow, p95_calls, over)
+
+    async def transition(self, name: str, expected_version: int, new: BreakerState) -> bool:
+        current = self._states.get(name, BreakerState())
+        if current.version != expected_version:
+            return False
+        self._states[name] = replace(new, version=expected_version + 1, health=Health.UNKNOWN)
+        return True
+
+    async def acquire_probe(
+        self, name: str, version: int, limit: int, now: float | None = None
+    ) -> bool:
+        current = self._states.get(name, BreakerState())
+        if (
+            current.version != version
+            or current.state != State.HALF_OPEN
+            or current.probes_admitted >= limit
+        ):
+            return False
+        self._states[name] = replace(
+            current,
+            probes_admitted=current.probes_admitted + 1,
+            last_probe_at=current.last_probe_at if now is None else now,
+        )
+        return True
+
+    async def release_probe(self, name: str, version: int) -> None:
+        current = self._states.get(name, BreakerState())
+        if (
+            current.version == version
+            and current.state == State.HALF_OPEN
+            and current.probes_admitted > 0
+        ):
+            self._states[name] = replace(current, probes_admitted=current.probes_admitted - 1)
+
+    async def set_mode(self, name: str, mode: Mode) -> BreakerState:
+        current = self._states.get(name, BreakerState())
+        reset = BreakerState(mode=mode, version=current.version + 1)
+        self._states[name] = reset
+        return reset
+
+    async def summary(self, name: str, windows: Windows, now: float) -> WindowSummary:
+        counters = self._counters.get(name, _ProviderCounters())
+        index = windows.bucket(now)
+        failure_from = index - windows.buckets_in(windows.failure_window_s)
+        p95_from = index - windows.buckets_in(windows.p95_window_s)
+        calls = failures = 0
+        histogram = [0] * BIN_COUNT
+        for i, bucket in counters.buckets.items():
+            if i > failure_from:
+                calls += int(bucket[0])
+                failures += int(bucket[1])
+            if i > p95_from:
+                for b in range(BIN_COUNT):
+                    histogram[b] += int(bucket[4 + b])
+        return summarize(calls, failures, histogram, windows)
+
+    async def seed_spend(self, key: str, amount: float, ttl_s: int) -> None:
+        self._spend[key] = max(self._spend.get(key, 0.0), amount)
+
+    async def cache_get(self, key: str) -> str | None:
+        return self._cache.get(key)
+
+    async def cache_put(self, key: str, value: str, ttl_s: int) -> None:
+        self._cache.put(key, value, ttl_s)
+
+    def _health_of(self, name: str) -> HealthState:
+        entry = self._health.get(name)
+        if entry is None:
+            return HealthState()
+        state, lapses_at = entry
+        if lapses_at is not None and self._clock() >= lapses_at:
+            del self._health[name]
+            return HealthState()
+        return state
+
+    async def health_record(
+        self,
+        name: str,
+        ok: bool,
+        *,
+        now: float,
+        window: int,
+        degraded_after: int,
+        down_after_s: float,
+        detail: str = "",
+        ttl_s: float | None = None,
+    ) -> HealthState:
+        state = next_health(
+            self._health_of(name),
+            ok,
+            now=now,
+            window=window,
+            degraded_after=degraded_after,
+            down_after_s=down_after_s,
+            detail=detail,
+        )
+        self._health[name] = (state, None if ttl_s is None else self._clock() + ttl_s)
+        return state
+
+    async def health_read(self, names: Iterable[str]) -> dict[str, HealthState]:
+        return {name: self._health_of(name) for name in names}
+
+    async def try_lock(self, key: str, ttl_s: float) -> bool:
+        with self._lock_lock:  # one store serves every event loop of the process
+            now = self._clock()
+            if self._locks.get(key, 0.0) > now:
+                return False
+            self._locks[key] = now + ttl_s
+            return True
+
+    async def sentinel_mark_run(self, at: float) -> None:
+        self._sentinel_last_run = at
+
+    async def sentinel_last_run(self) -> float | None:
+        return self._sentinel_last_run
+
+    async def config_version(self) -> int:
+        return self._version
+
+    def bump_config_version(self) -> int:
+        with self._version_lock:
+            self._version += 1
+            return self._version

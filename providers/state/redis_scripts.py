@@ -1,0 +1,210 @@
+"""What the Redis store keeps where, and the Lua scripts that change it atomically.
+
+Every write is one script (or one command), so a transition, a probe slot or a counter is atomic
+across processes. Keys carry the provider in a hash tag (`fo:{name}:…`), so a provider's keys
+share a cluster slot. `next_health` (`providers.engine.health`) and the breaker's counting are
+here in Lua: a change to either rule changes both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+from providers.engine.breaker import BreakerState, Mode, State
+from providers.engine.health import Health, HealthState
+
+VERSION_KEY = "fo:config:version"
+SENTINEL_LAST_RUN_KEY = "fo:sentinel:last_run"
+
+RECORD = """
+local b, bk = KEYS[1], KEYS[2]
+redis.call('HINCRBY', bk, 'c', 1)
+if ARGV[1] == '1' then redis.call('HINCRBY', bk, 'f', 1) end
+if ARGV[3] == '1' then redis.call('HINCRBY', bk, 's', 1) end
+if ARGV[4] == '1' then redis.call('HINCRBY', bk, 'p', 1) end
+redis.call('HINCRBY', bk, 'h' .. ARGV[5], 1)
+redis.call('EXPIRE', bk, tonumber(ARGV[6]))
+if ARGV[1] == '1' then
+  redis.call('HINCRBY', b, 'consecutive_failures', 1)
+elseif ARGV[2] == '1' then
+  redis.call('HSET', b, 'consecutive_failures', 0)
+  local pv = tonumber(ARGV[7])
+  if pv >= 0 then
+    local st = redis.call('HMGET', b, 'version', 'state')
+    if tonumber(st[1] or '0') == pv and st[2] == 'half_open' then
+      redis.call('HINCRBY', b, 'probes_succeeded', 1)
+    end
+  end
+end
+local last_spend = #KEYS
+if ARGV[14] ~= '0' then
+  -- the call's answer, cached with its counting: the last key is the cache entry's
+  redis.call('SET', KEYS[#KEYS], ARGV[15], 'EX', tonumber(ARGV[14]))
+  last_spend = #KEYS - 1
+end
+for i = 3, last_spend do
+  local a = 16 + (i - 3) * 2
+  redis.call('INCRBYFLOAT', KEYS[i], ARGV[a])
+  redis.call('EXPIRE', KEYS[i], tonumber(ARGV[a + 1]))
+end
+local stats = {}
+if ARGV[8] == '1' then
+  local idx, fw, pw = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
+  -- only calls after the breaker last closed count toward tripping it again
+  local closed_at = tonumber(redis.call('HGET', b, 'closed_at') or '0')
+  local closed = math.floor(closed_at / tonumber(ARGV[13]))
+  fw = math.max(0, math.min(fw, idx - closed))
+  pw = math.max(0, math.min(pw, idx - closed))
+  local c, f, s, pc, p = 0, 0, 0, 0, 0
+  for i = 0, math.max(fw, pw) - 1 do
+    local v = redis.call('HMGET', ARGV[9] .. (idx - i), 'c', 'f', 's', 'p')
+    local vc = tonumber(v[1] or '0')
+    if i < fw then
+      c = c + vc
+      f = f + tonumber(v[2] or '0')
+      s = s + tonumber(v[3] or '0')
+    end
+    if i < pw then
+      pc = pc + vc
+      p = p + tonumber(v[4] or '0')
+    end
+  end
+  stats = {c, f, s, pc, p}
+end
+return {redis.call('HGETALL', b), stats}
+"""
+
+TRANSITION = """
+local v = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
+if v ~= tonumber(ARGV[1]) then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+return 1
+"""
+
+ACQUIRE_PROBE = """
+local st = redis.call('HMGET', KEYS[1], 'version', 'state', 'probes_admitted')
+if tonumber(st[1] or '0') ~= tonumber(ARGV[1]) or st[2] ~= 'half_open' then return 0 end
+if tonumber(st[3] or '0') >= tonumber(ARGV[2]) then return 0 end
+redis.call('HINCRBY', KEYS[1], 'probes_admitted', 1)
+if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'last_probe_at', ARGV[3]) end
+return 1
+"""
+
+RELEASE_PROBE = """
+local st = redis.call('HMGET', KEYS[1], 'version', 'state', 'probes_admitted')
+if tonumber(st[1] or '0') ~= tonumber(ARGV[1]) or st[2] ~= 'half_open' then return 0 end
+if tonumber(st[3] or '0') <= 0 then return 0 end
+redis.call('HINCRBY', KEYS[1], 'probes_admitted', -1)
+return 1
+"""
+
+SET_MODE = """
+local v = tonumber(redis.call('HGET', KEYS[1], 'version') or '0') + 1
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'mode', ARGV[1], 'state', 'closed', 'version', v)
+return v
+"""
+
+SEED_SPEND = """
+local current = tonumber(redis.call('GET', KEYS[1]) or '-1')
+if current < tonumber(ARGV[1]) then
+  redis.call('SET', KEYS[1], ARGV[1], 'EX', tonumber(ARGV[2]))
+end
+return 1
+"""
+
+# `health.next_health` in Lua (change both): the window is a string of 1s and 0s, newest last;
+# `since` is kept as the caller's own text, so a float never goes through Lua's formatting.
+HEALTH_RECORD = """
+local cur = redis.call('HMGET', KEYS[1], 'status', 'since', 'window')
+local status, since = cur[1] or 'unknown', cur[2] or '0'
+local n = tonumber(ARGV[3])
+local win = (cur[3] or '') .. ARGV[1]
+if #win > n then win = string.sub(win, #win - n + 1) end
+local bad = 0
+for i = 1, #win do
+  if string.sub(win, i, i) == '0' then bad = bad + 1 end
+end
+local clean = #win >= n and bad == 0
+local new = status
+if status == 'degraded' then
+  if clean then
+    new = 'healthy'
+  elseif tonumber(ARGV[2]) - tonumber(since) >= tonumber(ARGV[5]) then
+    new = 'down'
+  end
+elseif status == 'down' then
+  if clean then new = 'healthy' end
+elseif bad >= tonumber(ARGV[4]) then
+  new = 'degraded'
+else
+  new = 'healthy'
+end
+if new ~= status then since = ARGV[2] end
+redis.call('HSET', KEYS[1], 'status', new, 'since', since, 'window', win,
+           'detail', ARGV[6], 'checked_at', ARGV[2])
+if tonumber(ARGV[7]) > 0 then
+  redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[7]))
+else
+  redis.call('PERSIST', KEYS[1])
+end
+return {'status', new, 'since', since, 'window', win, 'detail', ARGV[6], 'checked_at', ARGV[2]}
+"""
+
+INT_FIELDS = {"version", "consecutive_failures", "reopens", "probes_admitted", "probes_succeeded"}
+FLOAT_FIELDS = {"opened_at", "open_until", "half_opened_at", "last_probe_at", "closed_at"}
+
+
+def breaker_key(name: str) -> str:
+    return f"fo:{{{name}}}:breaker"
+
+
+def bucket_prefix(name: str) -> str:
+    return f"fo:{{{name}}}:b:"
+
+
+def health_key(name: str) -> str:
+    return f"fo:{{{name}}}:health"
+
+
+def health_from_hash(raw: dict[str, str] | list[str]) -> HealthState:
+    if isinstance(raw, list):  # a script answers a flat list
+        raw = dict(zip(raw[::2], raw[1::2], strict=True))
+    if not raw:
+        return HealthState()
+    return HealthState(
+        status=Health(raw.get("status", Health.UNKNOWN)),
+        since=float(raw.get("since") or 0),
+        window=tuple(c == "1" for c in raw.get("window", "")),
+        detail=raw.get("detail", ""),
+        checked_at=float(raw.get("checked_at") or 0),
+    )
+
+
+def state_from_hash(raw: dict[str, str] | list[str]) -> BreakerState:
+    if isinstance(raw, list):  # HGETALL inside a script answers a flat list
+        raw = dict(zip(raw[::2], raw[1::2], strict=True))
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key in INT_FIELDS:
+            values[key] = int(value)
+        elif key in FLOAT_FIELDS:
+            values[key] = float(value)
+        elif key == "state":
+            values[key] = State(value)
+        elif key == "mode":
+            values[key] = Mode(value)
+        elif key == "reason":
+            values[key] = value
+    return BreakerState(**values)
+
+
+def state_to_pairs(state: BreakerState) -> list[str]:
+    pairs: list[str] = []
+    for f in fields(BreakerState):
+        if f.name == "health":  # the sentinel's, under a key of its own
+            continue
+        value = getattr(state, f.name)
+        pairs += [f.name, repr(value) if isinstance(value, float) else str(value)]
+    return pairs

@@ -1,0 +1,256 @@
+"""The Redis state store: one breaker per provider for every serving process on every machine.
+
+Every write is one Lua script (or one command), so a transition, a probe slot or a counter is
+atomic across processes. Keys carry the provider in a hash tag (`fo:{name}:…`), so a provider's
+keys share a cluster slot. Cached answers are plain strings under `fo:<key>`; a call's answer is
+written by the record script itself, which a call runs anyway: caching costs no round trip (a
+script in a redis-py pipeline would: it sends SCRIPT EXISTS before every execute). If Redis
+stops answering, `ResilientStore` (`state_resilient`) routes on local state until it is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from collections.abc import Iterable
+from dataclasses import replace
+from typing import Any
+
+import redis
+import redis.asyncio as aioredis
+
+from providers.engine.breaker import BreakerState, Mode, WindowStats
+from providers.engine.health import Health, HealthState
+from providers.state import redis_scripts as scripts
+from providers.state.contract import (
+    BIN_COUNT,
+    CacheWrite,
+    Sample,
+    SpendIncrement,
+    StateStore,
+    Windows,
+    WindowSummary,
+    latency_bin,
+    summarize,
+)
+
+logger = logging.getLogger(__name__)
+
+# A request must not wait long on bookkeeping: past this, Redis counts as down for the request.
+SOCKET_TIMEOUT_S = 0.5
+
+
+class RedisStore(StateStore):
+    backend = "redis"
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        # An asyncio client belongs to the event loop it was made on: one per loop.
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._sync_client: redis.Redis | None = None
+
+    def _client(self) -> Any:
+        loop = asyncio.get_running_loop()
+        entry = self._clients.get(loop)
+        if entry is None:
+            client = aioredis.Redis.from_url(
+                self.url,
+                decode_responses=True,
+                socket_connect_timeout=SOCKET_TIMEOUT_S,
+                socket_timeout=SOCKET_TIMEOUT_S,
+            )
+            entry = self._clients[loop] = (
+                client,
+                client.register_script(scripts.RECORD),
+                client.register_script(scripts.TRANSITION),
+                client.register_script(scripts.ACQUIRE_PROBE),
+                client.register_script(scripts.SET_MODE),
+                client.register_script(scripts.SEED_SPEND),
+                client.register_script(scripts.RELEASE_PROBE),
+                client.register_script(scripts.HEALTH_RECORD),
+            )
+        return entry
+
+    async def aclose(self) -> None:
+        loop = asyncio.get_running_loop()
+        entry = self._clients.pop(loop, None)
+        if entry is not None:
+            await entry[0].aclose()
+
+    async def read(
+        self, name: str, spend_keys: Iterable[str] = ()
+    ) -> tuple[BreakerState, dict[str, float]]:
+        client = self._client()[0]
+        spend_keys = tuple(spend_keys)  # iterated twice below: a generator would come back empty
+        keys = [f"fo:{key}" for key in spend_keys]
+        async with client.pipeline(transaction=False) as pipe:
+            pipe.hgetall(scripts.breaker_key(name))
+            pipe.hget(scripts.health_key(name), "status")
+            if keys:
+                pipe.mget(keys)
+            results = await pipe.execute()
+        spent = dict(zip(spend_keys, results[2], strict=True)) if keys else {}
+        state = scripts.state_from_hash(results[0])
+        if results[1]:
+            state = replace(state, health=Health(results[1]))
+        return state, {k: float(v or 0) for k, v in spent.items()}
+
+    async def record(
+        self,
+        name: str,
+        sample: Sample,
+        *,
+        now: float,
+        windows: Windows,
+        want_stats: bool,
+        probe_version: int | None = None,
+        spend: tuple[SpendIncrement, ...] = (),
+        cache: CacheWrite | None = None,
+    ) -> tuple[BreakerState, WindowStats | None]:
+        index = windows.bucket(now)
+        longest = max(windows.failure_window_s, windows.p95_window_s)
+        args: list[Any] = [
+            int(sample.failure),
+            int(sample.ok),
+            int(sample.slow),
+            int(sample.over_p95),
+            latency_bin(sample.latency_ms),
+            windows.bucket_s * (windows.buckets_in(longest) + 1),
+            -1 if probe_version is None else probe_version,
+            int(want_stats),
+            scripts.bucket_prefix(name),
+            index,
+            windows.buckets_in(windows.failure_window_s),
+            windows.buckets_in(windows.p95_window_s),
+            windows.bucket_s,
+        ]
+        # SET with EX refuses a ttl under one second; like `cache_put`, such a write keeps nothing.
+        if cache is not None and cache.ttl_s < 1:
+            cache = None
+        args += [0, ""] if cache is None else [cache.ttl_s, cache.value]
+        for increment in spend:
+            args += [repr(increment.amount), increment.ttl_s]
+        keys = [scripts.breaker_key(name), f"{scripts.bucket_prefix(name)}{index}"]
+        keys += [f"fo:{increment.key}" for increment in spend]
+        if cache is not None:
+            keys.append(f"fo:{cache.key}")
+        raw_state, raw_stats = await self._client()[1](keys=keys, args=args)
+        stats = WindowStats(*(int(v) for v in raw_stats)) if raw_stats else None
+        return scripts.state_from_hash(raw_state), stats
+
+    async def transition(self, name: str, expected_version: int, new: BreakerState) -> bool:
+        new_pairs = scripts.state_to_pairs(_with_version(new, expected_version + 1))
+        moved = await self._client()[2](
+            keys=[scripts.breaker_key(name)], args=[expected_version, *new_pairs]
+        )
+        return bool(moved)
+
+    async def acquire_probe(
+        self, name: str, version: int, limit: int, now: float | None = None
+    ) -> bool:
+        args = [version, limit, "" if now is None else repr(now)]
+        return bool(await self._client()[3](keys=[scripts.breaker_key(name)], args=args))
+
+    async def release_probe(self, name: str, version: int) -> None:
+        await self._client()[6](keys=[scripts.breaker_key(name)], args=[version])
+
+    async def set_mode(self, name: str, mode: Mode) -> BreakerState:
+        version = await self._client()[4](keys=[scripts.breaker_key(name)], args=[mode.value])
+        return BreakerState(mode=mode, version=int(version))
+
+    async def summary(self, name: str, windows: Windows, now: float) -> WindowSummary:
+        client = self._client()[0]
+        index = windows.bucket(now)
+        failure_n = windows.buckets_in(windows.failure_window_s)
+        p95_n = windows.buckets_in(windows.p95_window_s)
+        async with client.pipeline(transaction=False) as pipe:
+            for i in range(max(failure_n, p95_n)):
+                pipe.hgetall(f"{scripts.bucket_prefix(name)}{index - i}")
+            buckets = await pipe.execute()
+        calls = failures = 0
+        histogram = [0] * BIN_COUNT
+        for i, bucket in enumerate(buckets):
+            if i < failure_n:
+                calls += int(bucket.get("c", 0))
+                failures += int(bucket.get("f", 0))
+            if i < p95_n:
+                for b in range(BIN_COUNT):
+                    histogram[b] += int(bucket.get(f"h{b}", 0))
+        return summarize(calls, failures, histogram, windows)
+
+    async def seed_spend(self, key: str, amount: float, ttl_s: int) -> None:
+        await self._client()[5](keys=[f"fo:{key}"], args=[repr(amount), ttl_s])
+
+    async def cache_get(self, key: str) -> str | None:
+        value: str | None = await self._client()[0].get(f"fo:{key}")
+        return value
+
+    async def cache_put(self, key: str, value: str, ttl_s: int) -> None:
+        if ttl_s >= 1:
+            await self._client()[0].set(f"fo:{key}", value, ex=ttl_s)
+
+    async def health_record(
+        self,
+        name: str,
+        ok: bool,
+        *,
+        now: float,
+        window: int,
+        degraded_after: int,
+        down_after_s: float,
+        detail: str = "",
+        ttl_s: float | None = None,
+    ) -> HealthState:
+        args = [
+            int(ok),
+            repr(float(now)),
+            max(1, window),
+            degraded_after,
+            repr(float(down_after_s)),
+            detail,
+            0 if ttl_s is None else max(1, round(ttl_s * 1000)),
+        ]
+        raw = await self._client()[7](keys=[scripts.health_key(name)], args=args)
+        return scripts.health_from_hash(raw)
+
+    async def health_read(self, names: Iterable[str]) -> dict[str, HealthState]:
+        names = tuple(names)
+        client = self._client()[0]
+        async with client.pipeline(transaction=False) as pipe:
+            for name in names:
+                pipe.hgetall(scripts.health_key(name))
+            raws = await pipe.execute()
+        return {name: scripts.health_from_hash(raw) for name, raw in zip(names, raws, strict=True)}
+
+    async def try_lock(self, key: str, ttl_s: float) -> bool:
+        taken = await self._client()[0].set(
+            f"fo:lock:{key}", "1", nx=True, px=max(1, round(ttl_s * 1000))
+        )
+        return bool(taken)
+
+    async def sentinel_mark_run(self, at: float) -> None:
+        await self._client()[0].set(scripts.SENTINEL_LAST_RUN_KEY, repr(float(at)))
+
+    async def sentinel_last_run(self) -> float | None:
+        value = await self._client()[0].get(scripts.SENTINEL_LAST_RUN_KEY)
+        return None if value is None else float(value)
+
+    async def config_version(self) -> int:
+        return int(await self._client()[0].get(scripts.VERSION_KEY) or 0)
+
+    async def bump_config_version_async(self) -> int:
+        return int(await self._client()[0].incr(scripts.VERSION_KEY))
+
+    def bump_config_version(self) -> int:
+        if self._sync_client is None:
+            self._sync_client = redis.Redis.from_url(
+                self.url, socket_connect_timeout=2, socket_timeout=2
+            )
+        return int(self._sync_client.incr(scripts.VERSION_KEY))
+
+
+def _with_version(state: BreakerState, version: int) -> BreakerState:
+    return replace(state, version=version)

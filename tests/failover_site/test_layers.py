@@ -1,0 +1,308 @@
+"""The architecture's rules, checked on the import graph (docs/architecture.md, "Layers").
+
+Read from the source with `ast`, so a rule breaks here the moment an import breaks it: no cycle
+between modules, dependencies one way (endpoints → engine → state and adapters; the runtime
+wires them), the pure decisions free of Django and I/O, no module past 400 lines, and only a
+few function-level imports, each saying why it can't be at the top.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.backend_free
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("failover_site", "providers", "billing", "alerts")
+MAX_LINES = 400
+MAX_FUNCTION_IMPORTS = 9
+
+# The pure decisions: plain Python over plain data, the clock passed in.
+PURE = "providers.engine"
+PURE_MAY_IMPORT = {"rapidfuzz"}  # the static tier's fuzzy matching: pure computation
+# Packages that do I/O or belong to a framework: none of them in the pure decisions.
+IO_AND_FRAMEWORKS = {
+    "django", "asgiref", "httpx", "aiohttp", "redis", "celery", "kombu", "psycopg",
+    "asyncio", "socket", "ssl", "subprocess", "threading", "urllib", "http",
+}  # fmt: skip
+
+# Who may import whom, by layer: a module in the key's package imports project modules only
+# from these packages (and its own).
+ENGINE_LAYERS: dict[str, set[str]] = {
+    "providers.engine": set(),
+    "providers.state": {"providers.engine", "providers.aio"},
+    "providers.adapters": {"providers.engine", "providers.aio"},
+    "providers.routing": {
+        "providers.engine", "providers.state", "providers.adapters", "providers.aio",
+    },
+    "providers.sentinel": {
+        "providers.engine", "providers.state", "providers.adapters", "providers.routing",
+    },
+}  # fmt: skip
+# The layers below the engine take no Django either: they run wherever the engine runs.
+DJANGO_FREE = ("providers.engine", "providers.state", "providers.routing", "providers.sentinel")
+ENGINE = tuple(ENGINE_LAYERS)
+RUNTIME = "failover_site.runtime"
+EDGES = ("providers.api", "providers.control")  # the endpoints and the control room
+CONTROL_PLANE = (
+    "providers.models",
+    "providers.services",
+    "providers.selectors",
+    "providers.signals",
+    "providers.admin",
+    "providers.admin_audit",
+)
+
+
+@dataclass(frozen=True)
+class Import:
+    importer: str
+    target: str  # the project module, or the top-level name of a library
+    line: int
+    in_function: bool
+    commented: bool
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _sources() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            if "migrations" not in path.parts:
+                found[_module_name(path)] = path
+    return found
+
+
+SOURCES = _sources()
+
+
+def _within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def _resolve(importer: str, is_package: bool, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    base = importer.split(".")
+    if not is_package:
+        base = base[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _project_module(name: str) -> str | None:
+    """The project module `name` is or lies in (a name imported from a module: its module)."""
+    while name:
+        if name in SOURCES:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def _imports_of(module: str, path: Path) -> list[Import]:
+    source = path.read_text(encoding="utf-8")
+    lines = source.splitlines()
+    tree = ast.parse(source)
+    found: list[Import] = []
+
+    def commented(node: ast.stmt) -> bool:
+        above = lines[node.lineno - 2].strip() if node.lineno > 1 else ""
+        return "#" in lines[node.lineno - 1] or above.startswith("#")
+
+    def visit(node: ast.AST, in_function: bool, type_checking: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                for grandchild in child.body:
+                    visit(grandchild, in_function, True)
+                for grandchild in child.orelse:
+                    visit(grandchild, in_function, type_checking)
+                continue
+            if isinstance(child, ast.Import | ast.ImportFrom) and not type_checking:
+                if isinstance(child, ast.Import):
+                    names = [alias.name for alias in child.names]
+                else:
+                    base = _resolve(module, path.name == "__init__.py", child)
+                    names = [f"{base}.{alias.name}" for alias in child.names] or [base]
+                for name in names:
+                    target = _project_module(name) or name.split(".")[0]
+                    found.append(
+                        Import(module, target, child.lineno, in_function, commented(child))
+                    )
+            inside = in_function or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
+            visit(child, inside, type_checking)
+
+    visit(tree, False, False)
+    return found
+
+
+IMPORTS = [found for module, path in SOURCES.items() for found in _imports_of(module, path)]
+
+
+def _project_edges() -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = {module: set() for module in SOURCES}
+    for found in IMPORTS:
+        if found.target in SOURCES and found.target != found.importer:
+            edges[found.importer].add(found.target)
+    return edges
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+    counter = [0]
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = counter[0]
+        counter[0] += 1
+        stack.append(node)
+        on_stack.add(node)
+        for other in sorted(edges[node]):
+            if other not in index:
+                connect(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                components.append(sorted(component))
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 10_000))
+    try:
+        for node in sorted(edges):
+            if node not in index:
+                connect(node)
+    finally:
+        sys.setrecursionlimit(limit)
+    return components
+
+
+def _violations(rule: str, bad: list[Import]) -> str:
+    return rule + ":\n" + "\n".join(f"  {i.importer}:{i.line} imports {i.target}" for i in bad)
+
+
+def test_the_scan_sees_the_whole_project():
+    # A guard for the rules below: a scan that found nothing would pass them all.
+    assert {"providers.engine.breaker", "providers.routing.cascade", RUNTIME} <= set(SOURCES)
+    assert len(IMPORTS) > 300
+
+
+def test_no_module_imports_another_that_imports_it_back():
+    assert _cycles(_project_edges()) == []
+
+
+def test_the_cycle_check_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_pure_decisions_import_no_django_and_no_io():
+    bad = [
+        i
+        for i in IMPORTS
+        if _within(i.importer, PURE)
+        and (i.target in IO_AND_FRAMEWORKS or (i.target not in SOURCES and i.target in PACKAGES))
+    ]
+    assert not bad, _violations("the engine's pure decisions must stay pure", bad)
+    libraries = {i.target for i in IMPORTS if _within(i.importer, PURE) and i.target not in SOURCES}
+    assert libraries - set(sys.stdlib_module_names) <= PURE_MAY_IMPORT
+
+
+def test_the_engine_and_the_state_below_it_import_no_django():
+    bad = [
+        i
+        for i in IMPORTS
+        if any(_within(i.importer, layer) for layer in DJANGO_FREE)
+        and i.target in ("django", "asgiref")
+    ]
+    assert not bad, _violations("Django stays out of the engine", bad)
+
+
+def test_each_engine_layer_imports_only_the_layers_below_it():
+    bad = []
+    for found in IMPORTS:
+        layer = next((name for name in ENGINE_LAYERS if _within(found.importer, name)), None)
+        if layer is None or found.target not in SOURCES:
+            continue
+        allowed = ENGINE_LAYERS[layer] | {layer}
+        if not any(_within(found.target, name) for name in allowed):
+            bad.append(found)
+    assert not bad, _violations("an engine layer reaches up or sideways", bad)
+
+
+def test_billing_and_alerts_never_import_the_engine_or_the_runtime():
+    forbidden = (*ENGINE, RUNTIME, *EDGES)
+    bad = [
+        i
+        for i in IMPORTS
+        if i.importer.split(".")[0] in ("billing", "alerts")
+        and any(_within(i.target, name) for name in forbidden)
+    ]
+    assert not bad, _violations("billing and alerts use only the control-plane models", bad)
+
+
+def test_the_control_plane_never_imports_the_runtime_or_the_edges():
+    bad = [
+        i
+        for i in IMPORTS
+        if any(_within(i.importer, name) for name in CONTROL_PLANE)
+        and any(_within(i.target, name) for name in (RUNTIME, *EDGES))
+    ]
+    assert not bad, _violations("the control plane is below the runtime", bad)
+
+
+def test_only_the_edges_reach_into_the_runtime_and_the_runtime_never_into_them():
+    inward = [
+        i
+        for i in IMPORTS
+        if _within(i.target, RUNTIME)
+        and not _within(i.importer, "failover_site")
+        and not any(_within(i.importer, edge) for edge in EDGES)
+    ]
+    assert not inward, _violations(
+        "only the endpoints and the control room use the runtime", inward
+    )
+    outward = [
+        i
+        for i in IMPORTS
+        if _within(i.importer, RUNTIME) and any(_within(i.target, edge) for edge in EDGES)
+    ]
+    assert not outward, _violations("the runtime never imports an endpoint", outward)
+
+
+def test_no_module_is_over_400_lines():
+    long = {
+        module: count
+        for module, path in SOURCES.items()
+        if (count := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
+    assert long == {}
+
+
+def test_function_level_imports_are_few_and_each_says_why():
+    inside = [i for i in IMPORTS if i.in_function]
+    statements = {(i.importer, i.line) for i in inside}
+    assert len(statements) <= MAX_FUNCTION_IMPORTS, sorted(statements)
+    silent = sorted({(i.importer, i.line) for i in inside if not i.commented})
+    assert silent == [], "a function-level import needs a comment saying why"
