@@ -9,9 +9,9 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 
 from providers.admin_audit import AuditedModelAdmin, ReadOnlyModelAdmin
-from providers.models import ChangeAction, ConfigChange, FailoverPolicy, Provider, StaticAnswer
+from providers.models import ConfigChange, FailoverPolicy, Provider, StaticAnswer
 from providers.selectors import policy_get
-from providers.services.audit import config_change_record
+from providers.services.policy import policy_change_record
 
 KILL_SWITCH_FIELDS = FailoverPolicy.KILL_SWITCH_FIELDS
 
@@ -79,39 +79,7 @@ class FailoverPolicyAdmin(AuditedModelAdmin):
             reverse("admin:providers_failoverpolicy_change", args=[policy.pk])
         )
 
-    def record_change(
-        self,
-        request: HttpRequest,
-        obj: models.Model,
-        *,
-        before: dict[str, Any] | None,
-        after: dict[str, Any],
-    ) -> None:
-        """A kill-switch change is its own record, with its reason; thresholds are another."""
-        switch_keys = {"kill_switch", "kill_switch_provider_id"}
-        switch_after = {key: value for key, value in after.items() if key in switch_keys}
-        rest_after = {
-            key: value
-            for key, value in after.items()
-            if key not in switch_keys and key != "kill_switch_reason"
-        }
-        before = before or {}
-        if any(before.get(key) != value for key, value in switch_after.items()):
-            config_change_record(
-                target=obj,
-                action=ChangeAction.KILL_SWITCH,
-                before={key: before.get(key) for key in switch_after},
-                after=switch_after,
-                actor=request.user,
-                reason=after.get("kill_switch_reason", ""),
-            )
-        config_change_record(
-            target=obj,
-            action=ChangeAction.UPDATE,
-            before=before,
-            after=rest_after,
-            actor=request.user,
-        )
+    record_change = staticmethod(policy_change_record)
 
 
 @admin.register(StaticAnswer)

@@ -194,7 +194,8 @@ async def settle(
         Sample(
             ok=error is None or (rule is not None and not rule.breaker_failure),
             failure=outcome.breaker_failure,
-            slow=breaker.is_slow(latency_s, policy),
+            # The error table says which failures also count as slow calls (a timeout does).
+            slow=breaker.is_slow(latency_s, policy) or (rule is not None and rule.slow_call),
             over_p95=breaker.is_over_p95(latency_s, policy),
             latency_ms=latency_s * 1000,
         ),

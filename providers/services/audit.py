@@ -4,7 +4,8 @@ after, written in the write's own transaction, and the config version moved once
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, Protocol
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.serializers.json import DjangoJSONEncoder
@@ -17,6 +18,17 @@ from providers.signals import config_committed_send
 _NOT_AUDITED = frozenset({"created_at", "updated_at", "updated_by", "hit_count", "last_hit_at"})
 
 Actor = AbstractBaseUser | AnonymousUser | None
+
+
+class RecordChange(Protocol):
+    def __call__(
+        self,
+        *,
+        row: models.Model,
+        before: dict[str, Any] | None,
+        after: dict[str, Any],
+        actor: Actor,
+    ) -> None: ...
 
 
 def instance_snapshot(instance: models.Model) -> dict[str, Any]:
@@ -64,4 +76,48 @@ def config_change_record(
         before=before,
         after=after,
         reason=reason,
+    )
+
+
+@transaction.atomic
+def row_save(
+    *, row: models.Model, actor: Actor, record: RecordChange | None = None
+) -> models.Model:
+    """Save an operator's new or edited row (an admin form's instance, its values already set)
+    and record what moved, in one transaction. `record` replaces the plain create/update record
+    for a model whose changes are recorded in its own way (the policy's kill switch)."""
+    manager = type(row)._default_manager
+    stored = manager.filter(pk=row.pk).first() if row.pk is not None else None
+    before = instance_snapshot(stored) if stored is not None else None
+    row.save()
+    (record or record_row_change)(row=row, before=before, after=instance_snapshot(row), actor=actor)
+    return row
+
+
+@transaction.atomic
+def rows_delete(*, rows: Iterable[models.Model], actor: Actor) -> int:
+    """Delete rows an operator chose, each recorded with its values, in one transaction."""
+    deleted = 0
+    for row in rows:
+        config_change_record(
+            target=row,
+            action=ChangeAction.DELETE,
+            before=instance_snapshot(row),
+            after=None,
+            actor=actor,
+        )
+        row.delete()
+        deleted += 1
+    return deleted
+
+
+def record_row_change(
+    *, row: models.Model, before: dict[str, Any] | None, after: dict[str, Any], actor: Actor
+) -> None:
+    config_change_record(
+        target=row,
+        action=ChangeAction.CREATE if before is None else ChangeAction.UPDATE,
+        before=before,
+        after=after,
+        actor=actor,
     )

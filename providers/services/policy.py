@@ -258,3 +258,34 @@ def display_value(name: str, value: Any) -> str:
     if value is None or value == "":
         return "(empty)"
     return str(value)
+
+
+def policy_change_record(
+    *,
+    row: models.Model,
+    before: dict[str, Any] | None,
+    after: dict[str, Any],
+    actor: Actor,
+) -> None:
+    """The policy row saved whole (the admin's page): a kill-switch change is its own record,
+    with its reason; the thresholds are another."""
+    switch_keys = {"kill_switch", "kill_switch_provider_id"}
+    switch_after = {key: value for key, value in after.items() if key in switch_keys}
+    rest_after = {
+        key: value
+        for key, value in after.items()
+        if key not in switch_keys and key != "kill_switch_reason"
+    }
+    before = before or {}
+    if any(before.get(key) != value for key, value in switch_after.items()):
+        config_change_record(
+            target=row,
+            action=ChangeAction.KILL_SWITCH,
+            before={key: before.get(key) for key in switch_after},
+            after=switch_after,
+            actor=actor,
+            reason=after.get("kill_switch_reason", ""),
+        )
+    config_change_record(
+        target=row, action=ChangeAction.UPDATE, before=before, after=rest_after, actor=actor
+    )

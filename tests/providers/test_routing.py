@@ -547,3 +547,19 @@ async def test_a_provider_whose_key_variable_is_unset_is_skipped_without_a_call(
         "outcome": "skipped",
         "error_class": "api_key_missing",
     }
+
+
+async def test_timeouts_count_as_slow_calls_as_the_error_table_says(
+    api, gateway, providers_configured, primary
+):
+    # Two timeouts in four calls: a 50 % failure rate stays under its 60 % limit, but as slow
+    # calls (the error table's rule for a timeout) they reach the 50 % slow-call limit.
+    await sync_to_async(Provider.objects.filter(name="ollama-local").update)(timeout_s=0.3)
+    await update_policy(
+        consecutive_failures=10, failure_rate_pct=60, failure_min_calls=4, slow_call_rate_pct=50
+    )
+    for fault in ("ok", "hang", "ok", "hang"):
+        primary.set_fault(mode=fault)
+        await ask(api, cache=False)
+    state, _ = await gateway.store.read("ollama-local")
+    assert (state.state, state.reason) == (State.OPEN, "slow_calls")
