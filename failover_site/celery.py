@@ -2,7 +2,7 @@
 
 Workers start with `celery -A failover_site worker -B` (or a separate `celery -A failover_site
 beat`, exactly one per cluster). The broker is REDIS_URL (or CELERY_BROKER_URL). Without a broker
-the same job functions run inside the serving process instead (`providers.scheduler`).
+the same job functions run inside the serving process instead (`failover_site.runtime.scheduler`).
 
 Every periodic task expires when its next run is due: a worker that was stopped for an hour
 comes back to one run of each, not to a backlog of hundreds.

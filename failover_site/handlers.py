@@ -81,9 +81,10 @@ class ApiHandler(CappedASGIHandler):
     `handle()` gives every request a thread-sensitive context (a fresh OS thread), sends
     `request_started`/`request_finished` through it (to reset queries and close DB connections)
     and closes the response there too, a dozen thread hops a request. The API's views run no
-    ORM code on the event loop (what they need runs through `providers.background.run_db`,
-    which releases its own connection), so here a request is: read the body, build the
-    request, run the URL resolver and the view, send the response. Measured in `bench/`.
+    ORM code on the event loop (what they need runs through
+    `failover_site.runtime.background.run_db`, which releases its own connection), so here a
+    request is: read the body, build the request, run the URL resolver and the view, send the
+    response. Measured in `bench/`.
     """
 
     def body_limit(self) -> int:

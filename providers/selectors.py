@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import fields
+from typing import Any
+
+from django.db.models import Count, Max
 
 from billing.models import Budget
 from providers.engine.config import BudgetConfig, PolicyConfig, ProviderConfig, Snapshot
 from providers.engine.faq import FaqEntry, FaqIndex
-from providers.models import FailoverPolicy, Provider, StaticAnswer
+from providers.models import ConfigChange, FailoverPolicy, Provider, StaticAnswer
 
 
 def policy_get() -> FailoverPolicy:
@@ -21,12 +24,12 @@ def policy_config(row: FailoverPolicy, *, forced_provider: str) -> PolicyConfig:
     """The policy as the engine reads it: every `PolicyConfig` field from the model field of
     the same name, so a new threshold needs no line here. Only the values the engine holds in
     another shape are converted: the task lists as sets, the forced provider by name."""
-    converted = {
+    converted: dict[str, Any] = {
         "kill_switch_provider": forced_provider,
         "local_only_tasks": frozenset(FailoverPolicy.task_list(row.local_only_tasks)),
         "no_fallback_tasks": frozenset(FailoverPolicy.task_list(row.no_fallback_tasks)),
     }
-    values = {
+    values: dict[str, Any] = {
         item.name: converted[item.name] if item.name in converted else getattr(row, item.name)
         for item in fields(PolicyConfig)
     }
@@ -95,3 +98,12 @@ def faq_index_build() -> FaqIndex:
             for row in StaticAnswer.objects.filter(enabled=True).order_by("pk")
         )
     )
+
+
+def config_change_high_water() -> tuple[int, int]:
+    """Where the change record stands: (the highest `ConfigChange` id, how many there are).
+    Every committed control-plane write adds a row, so this moves with every change committed
+    by any process. The count is there because on PostgreSQL a change can commit after one
+    with a higher id (SQLite has one writer at a time, so its ids commit in order)."""
+    stand = ConfigChange.objects.aggregate(last=Max("id"), count=Count("id"))
+    return (stand["last"] or 0, stand["count"])

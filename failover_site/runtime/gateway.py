@@ -17,12 +17,15 @@ from failover_site.runtime.snapshots import SnapshotHolder
 from providers.adapters.pool import AdapterPool
 from providers.engine.clock import Clock
 from providers.routing.ports import Ports
+from providers.routing.readings import Readings
 from providers.state.contract import StateStore
 from providers.state.memory_store import MemoryStore
 from providers.state.redis_store import RedisStore
 from providers.state.resilient_store import ResilientStore
 
 logger = logging.getLogger(__name__)
+
+READINGS_MAX_AGE_S = 0.5
 
 
 class Gateway:
@@ -35,14 +38,20 @@ class Gateway:
     ) -> None:
         self.store = store
         self.clock = clock or Clock()
-        self.snapshots = SnapshotHolder(store, self.clock)
         self.adapters = AdapterPool()
+        # With Redis, admission rides on the previous call's reply while it is this young (an
+        # in-process store has no round trip to save). Other processes' moves of a closed
+        # breaker are seen within it, or at once by the first call whose reply shows them.
+        self.readings = Readings(max_age_s=0 if store.backend == "memory" else READINGS_MAX_AGE_S)
+        self.snapshots = SnapshotHolder(store, self.clock, on_change=self.readings.clear)
         self.ledger = ledger or LedgerWriter()
 
     @property
     def ports(self) -> Ports:
         """What a request's walk and the sentinel talk through."""
-        return Ports(store=self.store, clock=self.clock, adapters=self.adapters)
+        return Ports(
+            store=self.store, clock=self.clock, adapters=self.adapters, readings=self.readings
+        )
 
     async def aclose(self) -> None:
         """Shutdown: write what the ledger holds, close the provider clients."""
@@ -82,3 +91,4 @@ def config_changed() -> None:
     gateway = get_gateway()
     gateway.store.bump_config_version()
     gateway.snapshots.mark_stale()
+    gateway.readings.clear()  # an operator's breaker override among the changes: read afresh

@@ -4,23 +4,39 @@ The snapshot itself (`providers.engine.config.Snapshot`) is plain data; it is re
 database by `providers.selectors.snapshot_build`. This module decides when: at once for a change
 made in this process, within `POLL_S` for one made in another, and never on a request's path
 except the very first one.
+
+Another process's change is seen through the shared config version (a Redis key) in production,
+and through the database's own record of changes in the embedded mode, where the version lives
+in each process's memory and a `manage.py` command or a second server would otherwise go unseen.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from django.db import Error as DatabaseError
 
 from billing.selectors import budget_spend
 from failover_site.runtime.background import run_db
 from providers.aio import LoopLocal, spawn
 from providers.engine.clock import Clock
 from providers.engine.config import Snapshot
-from providers.selectors import snapshot_build
+from providers.selectors import config_change_high_water, snapshot_build
 from providers.state.contract import StateStore, spend_key
 
 logger = logging.getLogger(__name__)
+
+HighWater = tuple[int, int]  # `config_change_high_water()`: where the change record stands
+
+
+def _build(*, version: int, watch_database: bool) -> tuple[Snapshot, HighWater | None]:
+    # The change record is read before the configuration: a change committed in between is
+    # in the snapshot and still looks new to the next poll (one rebuild too many, none missed).
+    high_water = config_change_high_water() if watch_database else None
+    return snapshot_build(version=version), high_water
 
 
 @dataclass
@@ -43,12 +59,33 @@ class SnapshotHolder:
     RETRY_S = 1.0
     SEED_EVERY_S = 30.0
 
-    def __init__(self, store: StateStore, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        store: StateStore,
+        clock: Clock | None = None,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
         self.store = store
         self.clock = clock or Clock()
+        # Called when a new version is swapped in: any change, by any process (an operator's
+        # breaker override among them), and what the process remembers of the state is stale.
+        self.on_change = on_change
         self._snapshot: Snapshot | None = None
         self._stale = True
         self._loop_state: LoopLocal[_LoopState] = LoopLocal(_LoopState)
+        # Where the change record stood when the current snapshot was read (embedded mode).
+        self._built_at: HighWater | None = None
+        self._record_unreadable = False
+
+    @property
+    def watches_database(self) -> bool:
+        """Whether the poller also reads the database's record of changes. Only in the embedded
+        mode: there the config version is this process's memory, which another process's change
+        (a `manage.py` command, a second server on the same SQLite file) never moves. With Redis
+        every process shares the version and each commit moves it, so polling that one key is
+        enough, and a SQL query per poll per worker would be load on PostgreSQL for nothing.
+        Read from the store each time: a test may swap the holder's store."""
+        return self.store.backend == "memory"
 
     def mark_stale(self) -> None:
         self._stale = True
@@ -73,12 +110,17 @@ class SnapshotHolder:
             self._stale = False  # a change committed during the build marks it stale again
             try:
                 version = await self.store.config_version()
-                snapshot = await run_db(snapshot_build, version=version)
+                snapshot, built_at = await run_db(
+                    _build, version=version, watch_database=self.watches_database
+                )
                 await self._seed_spend(snapshot)
             except BaseException:
                 self._stale = True
                 raise
-            self._snapshot = snapshot
+            moved = self._snapshot is not None and self._snapshot.version != snapshot.version
+            self._snapshot, self._built_at = snapshot, built_at
+            if moved and self.on_change is not None:
+                self.on_change()
             return snapshot
 
     async def _rebuild(self) -> None:
@@ -116,14 +158,45 @@ class SnapshotHolder:
                     await self._seed_spend(self._snapshot)
                 except Exception:
                     logger.exception("budget counters could not be checked against the ledger")
-            try:
-                version = await self.store.config_version()
-            except Exception:  # the store falls back on its own; never let the poller die
-                logger.exception("config version poll failed")
-                continue
-            if self._snapshot is not None and version != self._snapshot.version:
-                self._stale = True
-            if self._stale:
-                # Rebuilt now, not when the next request comes: a change reaches every
-                # process within a poll and a build, however quiet its traffic.
-                await self._rebuild()
+            await self.poll_once()
+
+    async def poll_once(self) -> None:
+        """One look for a change committed anywhere, and the rebuild if there was one."""
+        try:
+            version = await self.store.config_version()
+        except Exception:  # the store falls back on its own; never let the poller die
+            logger.exception("config version poll failed")
+            return
+        if self._snapshot is not None and version != self._snapshot.version:
+            self._stale = True
+        if self.watches_database and not self._stale and await self._record_moved():
+            # Another process's change: this process's version moves as if it had made it, so
+            # the new snapshot's version (the status endpoint's `config_version`) moves too.
+            self.store.bump_config_version()  # the memory store's: no I/O
+            self._stale = True
+        if self._stale:
+            # Rebuilt now, not when the next request comes: a change reaches every
+            # process within a poll and a build, however quiet its traffic.
+            await self._rebuild()
+
+    async def _record_moved(self) -> bool:
+        """Whether the change record moved since the current snapshot was read. A database
+        that can't be read is logged once and counts as no change: the snapshot we have keeps
+        serving, and the poll goes on."""
+        if self._built_at is None:
+            return False
+        try:
+            high_water = await run_db(config_change_high_water)
+        except DatabaseError as exc:
+            if not self._record_unreadable:
+                logger.warning(
+                    "the change record could not be read (%s): other processes' changes wait "
+                    "until it can",
+                    exc,
+                )
+                self._record_unreadable = True
+            return False
+        if self._record_unreadable:
+            logger.warning("the change record can be read again")
+            self._record_unreadable = False
+        return high_water != self._built_at

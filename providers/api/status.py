@@ -8,6 +8,7 @@ from django.http import HttpRequest, JsonResponse
 
 from failover_site.runtime.gateway import get_gateway
 from providers.api.common import ApiError, checked_host, error_response, json_errors
+from providers.engine.health import provider_health
 from providers.state.contract import Windows, spend_key
 
 
@@ -25,14 +26,18 @@ async def status(request: HttpRequest) -> JsonResponse:
     policy = snapshot.policy
     windows = Windows(policy.bucket_s, policy.failure_window_s, policy.p95_window_s)
     now = gateway.clock.wall()
+    keys = {b.id: spend_key(b.id, b.period, now)[0] for b in snapshot.budgets}
+    # Every provider's breaker, verdict and window and every budget's spend: one round trip.
+    read = await gateway.store.status_read(
+        [provider.name for provider in snapshot.providers],
+        windows=windows,
+        now=now,
+        spend_keys=keys.values(),
+    )
     providers = []
     for provider in snapshot.providers:
-        budgets = [
-            b for b in snapshot.budgets if b.scope == "provider" and b.provider == provider.name
-        ]
-        keys = [spend_key(b.id, b.period, now)[0] for b in budgets]
-        state, spent = await gateway.store.read(provider.name, keys)
-        summary = await gateway.store.summary(provider.name, windows, now)
+        state, summary = read.breakers[provider.name], read.summaries[provider.name]
+        own = [b for b in snapshot.budgets if b.scope == "provider" and b.provider == provider.name]
         providers.append(
             {
                 "name": provider.name,
@@ -40,7 +45,9 @@ async def status(request: HttpRequest) -> JsonResponse:
                 "model": provider.model,
                 "priority": provider.priority,
                 "is_local": provider.is_local,
-                "health": state.health,  # the sentinel's verdict (unknown before its first check)
+                # What the control room's status page says too: breaker, window and sentinel.
+                "health": provider_health(state, recent_failures=summary.failures),
+                "sentinel": state.health,  # the health checks' own verdict (unknown before one)
                 "breaker": {
                     "state": state.state.value,
                     "mode": state.mode.value,
@@ -55,15 +62,9 @@ async def status(request: HttpRequest) -> JsonResponse:
                     "p95_ms": summary.p95_ms,
                     "calls_per_minute": summary.calls_per_minute,
                 },
-                "budgets": [
-                    _budget_use(b, spent.get(key, 0.0))
-                    for b, key in zip(budgets, keys, strict=True)
-                ],
+                "budgets": [_budget_use(b, read.spent.get(keys[b.id], 0.0)) for b in own],
             }
         )
-    traffic_budgets = [b for b in snapshot.budgets if b.scope == "all"]
-    traffic_keys = [spend_key(b.id, b.period, now)[0] for b in traffic_budgets]
-    _, traffic_spent = await gateway.store.read("", traffic_keys) if traffic_keys else (None, {})
     return JsonResponse(
         {
             "kill_switch": {
@@ -72,8 +73,9 @@ async def status(request: HttpRequest) -> JsonResponse:
             },
             "providers": providers,
             "budgets": [
-                _budget_use(b, traffic_spent.get(key, 0.0))
-                for b, key in zip(traffic_budgets, traffic_keys, strict=True)
+                _budget_use(b, read.spent.get(keys[b.id], 0.0))
+                for b in snapshot.budgets
+                if b.scope == "all"
             ],
             "state_store": gateway.store.health(),
             "config_version": snapshot.version,

@@ -14,12 +14,10 @@ from billing.models import Budget, CallRecord
 from failover_site.runtime.gateway import Gateway, get_gateway
 from providers.engine.breaker import BreakerState, Mode, State
 from providers.engine.config import bucket_width
-from providers.engine.health import Health
+from providers.engine.health import DEGRADED, DOWN, Health, provider_health
 from providers.models import FailoverPolicy, Incident, KillSwitch, Provider
 from providers.selectors import policy_get
 from providers.state.contract import Windows, WindowSummary, spend_key
-
-HEALTHY, DEGRADED, DOWN, OFF = "healthy", "degraded", "down", "disabled"
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,23 +89,8 @@ class ControlStatus:
 
 
 def health_of(breaker: BreakerState, window: WindowSummary, enabled: bool) -> str:
-    """Healthy, degraded or down: the worse of what the breaker and its last window say and
-    the sentinel's verdict (`breaker.health`, read with it), when the sentinel has one."""
-    if not enabled or breaker.mode == Mode.DISABLED:
-        return OFF if not enabled else DOWN
-    if breaker.state == State.OPEN:
-        return DOWN
-    forced = breaker.mode == Mode.FORCED_CLOSED  # the router ignores the sentinel's verdict
-    if breaker.health == Health.DOWN and not forced:
-        return DOWN
-    if (
-        breaker.health in (Health.DEGRADED, Health.DOWN)
-        or breaker.state == State.HALF_OPEN
-        or breaker.consecutive_failures
-        or window.failures
-    ):
-        return DEGRADED
-    return HEALTHY
+    """The provider's health as `GET /api/v1/status` says it too (`provider_health`)."""
+    return provider_health(breaker, recent_failures=window.failures, enabled=enabled)
 
 
 def serving_now(policy: FailoverPolicy, rows: list[ProviderStatus]) -> Serving:
@@ -153,16 +136,15 @@ async def _shared_state(
     )
     now = gateway.clock.wall()
     keys = [spend_key(b.pk, b.period, now)[0] for b in budgets]
-    rows = []
-    spent_all: dict[str, float] = {}
-    for provider in providers:
-        state, spent = await gateway.store.read(provider.name, keys)
-        summary = await gateway.store.summary(provider.name, windows, now)
-        spent_all.update(spent)
-        rows.append((state, summary, spent))
-    if not providers and keys:
-        _, spent_all = await gateway.store.read("", keys)
-    return rows, spent_all
+    # Every provider and every budget in one round trip, as `GET /api/v1/status` reads them.
+    read = await gateway.store.status_read(
+        [provider.name for provider in providers], windows=windows, now=now, spend_keys=keys
+    )
+    rows = [
+        (read.breakers[provider.name], read.summaries[provider.name], read.spent)
+        for provider in providers
+    ]
+    return rows, read.spent
 
 
 def _budget_use(budget: Budget, spent: float) -> BudgetUse:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from providers.engine.breaker import BreakerState, Mode, State
 from providers.engine.config import PolicyConfig
 
 # A verdict not refreshed for this many intervals lapses back to unknown: a sentinel that has
@@ -53,7 +54,7 @@ def next_health(
     down_after_s: float,
     detail: str = "",
 ) -> HealthState:
-    """The verdict once one more result is in. (`state_redis._HEALTH_RECORD` is the same rule
+    """The verdict once one more result is in. (`redis_scripts.HEALTH_RECORD` is the same rule
     in Lua: change both.)"""
     window = max(1, window)
     results = (*current.window, ok)[-window:]
@@ -86,3 +87,28 @@ def health_skip(health: str, priority: str) -> str:
 def health_ttl(policy: PolicyConfig) -> float:
     """How long a provider's verdict holds without a new check."""
     return max(60.0, HEALTH_STALE_INTERVALS * max(policy.sentinel_interval_s, 1))
+
+
+# A provider's health as the status page and the status endpoint both show it.
+HEALTHY, DEGRADED, DOWN, DISABLED = "healthy", "degraded", "down", "disabled"
+
+
+def provider_health(breaker: BreakerState, *, recent_failures: int, enabled: bool = True) -> str:
+    """Healthy, degraded, down or disabled: the worse of what the breaker and its last window
+    say and the sentinel's verdict (`breaker.health`, read with it), when the sentinel has one.
+    A breaker forced closed takes calls whatever the sentinel says, as the router does."""
+    if not enabled:
+        return DISABLED
+    if breaker.mode == Mode.DISABLED or breaker.state == State.OPEN:
+        return DOWN
+    forced = breaker.mode == Mode.FORCED_CLOSED
+    if breaker.health == Health.DOWN and not forced:
+        return DOWN
+    if (
+        breaker.health in (Health.DEGRADED, Health.DOWN)
+        or breaker.state == State.HALF_OPEN
+        or breaker.consecutive_failures
+        or recent_failures
+    ):
+        return DEGRADED
+    return HEALTHY

@@ -37,13 +37,21 @@ async def admit(walk: Walk, provider: ProviderConfig) -> Ticket | AttemptResult:
     budgets = [b for b in walk.snapshot.budgets if b.applies_to(provider, request.client)]
     now = ports.clock.wall()
     keys = {b.id: spend_key(b.id, b.period, now) for b in budgets}
-    state, spent = await store.read(name, [key for key, _ in keys.values()])
+    spend_keys = [key for key, _ in keys.values()]
+    # In steady state the previous call's reply answers this (one round trip a request).
+    heard = ports.readings.lookup(name, spend_keys, ports.clock.mono())
+    if heard is None:
+        state, spent = await store.read(name, spend_keys)
+        ports.readings.note(name, state, spent, ports.clock.mono())
+    else:
+        state, spent = heard
     unhealthy = health_gate(walk, state)
     if unhealthy:
         return AttemptResult(Attempt(name, "skipped", unhealthy))
 
     decision = breaker.admit(name, state, policy, now)
     if decision.transition is not None:
+        ports.readings.forget(name)  # moved here or by another process: read it afresh
         if await store.transition(name, state.version, decision.transition):
             walk.events.extend(decision.events)
             state = decision.transition
@@ -189,7 +197,7 @@ async def settle(
     if cache and error is None and completion is not None and walk.cache_key:
         saved = cache_write(walk.cache_key, completion.text, name, now, walk.policy.cache_ttl_s)
     state = ticket.state
-    current, stats = await store.record(
+    recorded = await store.record(
         name,
         Sample(
             ok=error is None or (rule is not None and not rule.breaker_failure),
@@ -205,7 +213,10 @@ async def settle(
         probe_version=state.version if ticket.was_probe else None,
         spend=spend,
         cache=saved,
+        read_spend=[key for key, _ in ticket.keys.values()],
     )
+    current, stats = recorded.state, recorded.stats
+    ports.readings.note(name, current, recorded.spent, ports.clock.mono())
     new_state, new_events = breaker.on_outcome(
         name,
         current,
@@ -215,6 +226,8 @@ async def settle(
         now,
         was_probe=ticket.was_probe and current.version == state.version,
     )
+    if new_state is not None:
+        ports.readings.forget(name)
     if new_state is not None and await store.transition(name, current.version, new_state):
         walk.events.extend(new_events)
         for event in new_events:

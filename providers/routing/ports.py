@@ -1,5 +1,6 @@
 """What the engine is handed by the process that runs it: the ports a walk talks through (the
-shared state, the clock, the adapters) and the source of the current configuration snapshot.
+shared state and what was last heard from it, the clock, the adapters) and the source of the
+current configuration snapshot.
 
 The runtime's `Gateway` (`failover_site.runtime.gateway`) is one; tests build their own. Nothing
 here knows the runtime: the engine sees these few things, never the process around them.
@@ -7,12 +8,13 @@ here knows the runtime: the engine sees these few things, never the process arou
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from providers.adapters.pool import AdapterPool
 from providers.engine.clock import Clock
 from providers.engine.config import Snapshot
+from providers.routing.readings import Readings
 from providers.state.contract import StateStore
 
 
@@ -21,6 +23,8 @@ class Ports:
     store: StateStore
     clock: Clock
     adapters: AdapterPool
+    # The last replies of the shared state, so a steady request makes one round trip.
+    readings: Readings = field(default_factory=lambda: Readings(max_age_s=0))
 
 
 class SnapshotSource(Protocol):

@@ -1,5 +1,5 @@
 """What one request's route is made of: the request, its attempts, and what each attempt
-carries from admission to settling. Shared by the cascade (`router`), the strategies and the
+carries from admission to settling. Shared by the cascade (`cascade`), the strategies and the
 attempts."""
 
 from __future__ import annotations

@@ -78,6 +78,9 @@ def breaker_set_mode(
     shown = {Mode.AUTO: "closed", Mode.DISABLED: "forced open", Mode.FORCED_CLOSED: "ignored"}
     name = provider.name
     with transaction.atomic():
+        # Registered first, so it runs before the record's own on-commit work (the config
+        # version, which makes every process read its breakers afresh).
+        transaction.on_commit(lambda: async_to_sync(store.set_mode)(name, mode))
         config_change_record(
             target=provider,
             action=ChangeAction.BREAKER,
@@ -91,4 +94,3 @@ def breaker_set_mode(
         Incident.objects.filter(provider=name, ended_at__isnull=True).update(
             ended_at=timezone.now()
         )
-        transaction.on_commit(lambda: async_to_sync(store.set_mode)(name, mode))

@@ -1,36 +1,29 @@
 """Shared state: breakers, call statistics, budget counters, cached answers, the config
 version, the sentinel's health verdicts and the background jobs' locks.
 
-`MemoryStore` (in `state_memory`) keeps them in this process (the embedded mode); `RedisStore`
-(in `state_redis`) keeps them in Redis with atomic scripts, so several serving processes behave
-as one; `ResilientStore` (in `state_resilient`) is Redis with this process's memory standing in
+`MemoryStore` (in `memory_store`) keeps them in this process (the embedded mode); `RedisStore`
+(in `redis_store`) keeps them in Redis with atomic scripts, so several serving processes behave
+as one; `ResilientStore` (in `resilient_store`) is Redis with this process's memory standing in
 while Redis is down. They answer the same contract and run the same test suite. Breaker
 semantics live in `breaker.py`; a store only applies them: counters, compare-and-set
 transitions and bounded probe slots.
+
+The statistics are kept in buckets of `Windows.bucket_s` seconds per provider: calls (`c`),
+breaker failures (`f`), slow calls (`s`), calls over the p95 limit (`p`) and the latency
+histogram's bins (`histogram`). An operator's `set_mode` starts them afresh.
 """
 
 from __future__ import annotations
 
-import bisect
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from providers.engine.breaker import BreakerState, Mode, WindowStats
 from providers.engine.health import HealthState
-
-# Upper bounds (ms) of the latency histogram kept per statistics bucket, for the status page's
-# p95. The breaker itself never needs it: it counts calls over its limits exactly.
-LATENCY_BOUNDS_MS = (
-    25, 50, 100, 250, 500, 750, 1000, 1500, 2000, 3000, 5000, 8000, 12000, 20000, 30000, 60000,
-)  # fmt: skip
-BIN_COUNT = len(LATENCY_BOUNDS_MS) + 1
-
-
-def latency_bin(latency_ms: float) -> int:
-    return bisect.bisect_left(LATENCY_BOUNDS_MS, latency_ms)
+from providers.state import histogram
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +75,24 @@ class WindowSummary:
     calls_per_minute: float
 
 
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """What `record` answers: all a request needs after its call, and the next one before."""
+
+    state: BreakerState  # as the breaker now is, with its health verdict, as `read` gives it
+    stats: WindowStats | None  # the window sums, when asked for
+    spent: dict[str, float]  # every spend key read or incremented, after the increments
+
+
+@dataclass(frozen=True, slots=True)
+class StatusRead:
+    """The status page's view of several providers, read in one round trip."""
+
+    breakers: dict[str, BreakerState]  # with health; a provider never seen: BreakerState()
+    summaries: dict[str, WindowSummary]
+    spent: dict[str, float]
+
+
 def spend_key(budget_id: int, period: str, now: float) -> tuple[str, int]:
     """The counter of one budget for the period that `now` falls in, and its time to live."""
     moment = datetime.fromtimestamp(now, UTC)
@@ -111,11 +122,15 @@ class StateStore(ABC):
         probe_version: int | None = None,
         spend: tuple[SpendIncrement, ...] = (),
         cache: CacheWrite | None = None,
-    ) -> tuple[BreakerState, WindowStats | None]:
-        """Count a finished call (and its spend) atomically; returns the breaker as it now is,
-        and the window sums when asked. A probe's success counts toward closing only if the
-        breaker is still at the half-open version that admitted it. `cache` is stored in the
-        same round trip, as `cache_put` would."""
+        read_spend: Iterable[str] = (),
+    ) -> Recorded:
+        """Count a finished call (and its spend) atomically, in one round trip; answers the
+        breaker as it now is (with its health verdict), the window sums when asked (calls
+        since the breaker last closed and since the last `set_mode` only), and the value of
+        every spend key in `spend` and `read_spend` after the increments: what the next
+        admission needs. A probe's success counts toward closing only if the breaker is still
+        at the half-open version that admitted it. `cache` is stored in the same round trip,
+        as `cache_put` would."""
 
     @abstractmethod
     async def transition(self, name: str, expected_version: int, new: BreakerState) -> bool:
@@ -135,11 +150,25 @@ class StateStore(ABC):
 
     @abstractmethod
     async def set_mode(self, name: str, mode: Mode) -> BreakerState:
-        """An operator's override; also the way back to AUTO. Resets the breaker to CLOSED."""
+        """An operator's override; also the way back to AUTO. Resets the breaker to CLOSED and
+        starts its statistics afresh: calls counted before it no longer count, neither toward
+        tripping it (`record`'s sums) nor in `summary`."""
 
     @abstractmethod
     async def summary(self, name: str, windows: Windows, now: float) -> WindowSummary:
         """What the status page shows of a provider's recent calls."""
+
+    @abstractmethod
+    async def status_read(
+        self,
+        names: Sequence[str],
+        *,
+        windows: Windows,
+        now: float,
+        spend_keys: Iterable[str] = (),
+    ) -> StatusRead:
+        """Every named provider's breaker (with health, as `read` gives it) and summary (as
+        `summary` gives it), and the named spend counters, in one round trip."""
 
     @abstractmethod
     async def seed_spend(self, key: str, amount: float, ttl_s: int) -> None:
@@ -204,24 +233,28 @@ class StateStore(ABC):
         """Release this loop's connections (on shutdown)."""
 
 
-def summarize(calls: int, failures: int, histogram: list[int], windows: Windows) -> WindowSummary:
-    total = sum(histogram)
-    p95_ms: float | None = None
-    if total:
-        needed = 0.95 * total
-        running = 0
-        for b, count in enumerate(histogram):
-            running += count
-            if running >= needed:
-                p95_ms = float(LATENCY_BOUNDS_MS[b]) if b < len(LATENCY_BOUNDS_MS) else None
-                if p95_ms is None:  # beyond the last bound
-                    p95_ms = float(LATENCY_BOUNDS_MS[-1])
-                break
+def summarize(
+    buckets: Iterable[tuple[int, Mapping[str, int | str]]], windows: Windows, now: float
+) -> WindowSummary:
+    """The summary of a provider's buckets, given as (bucket index, fields): calls and failures
+    in the failure window, the p95 (`histogram.p95_ms`) of the calls in the p95 window."""
+    index = windows.bucket(now)
+    failure_from = index - windows.buckets_in(windows.failure_window_s)
+    p95_from = index - windows.buckets_in(windows.p95_window_s)
+    calls = failures = 0
+    bins: dict[int, int] = {}
+    for i, bucket in buckets:
+        if failure_from < i <= index:
+            calls += int(bucket.get("c", 0))
+            failures += int(bucket.get("f", 0))
+        if p95_from < i <= index:
+            for b, count in histogram.bins_of(bucket):
+                bins[b] = bins.get(b, 0) + count
     window_minutes = windows.failure_window_s / 60
     return WindowSummary(
         calls=calls,
         failures=failures,
         failure_rate_pct=round(100 * failures / calls, 1) if calls else 0.0,
-        p95_ms=p95_ms,
+        p95_ms=histogram.p95_ms(bins),
         calls_per_minute=round(calls / window_minutes, 1) if window_minutes else 0.0,
     )

@@ -1,31 +1,33 @@
-"""The in-process state store: the embedded mode's, and Redis's stand-in while it is down."""
+"""The in-process state store: the embedded mode's, and Redis's stand-in while it is down.
+
+Its statistics buckets are dicts of the fields the Redis store keeps in its bucket hashes
+(`c`, `f`, `s`, `p` and the latency bins, see `histogram`), summed by the same `summarize`."""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 
 from providers.engine.breaker import BreakerState, Mode, State, WindowStats
 from providers.engine.health import Health, HealthState, next_health
+from providers.state import histogram
 from providers.state.contract import (
-    BIN_COUNT,
     CacheWrite,
+    Recorded,
     Sample,
     SpendIncrement,
     StateStore,
+    StatusRead,
     Windows,
     WindowSummary,
-    latency_bin,
     summarize,
 )
 
-
-@dataclass
-class _ProviderCounters:
-    buckets: dict[int, list[float]] = field(default_factory=dict)
+# One statistics bucket: the fields the Redis store keeps in its bucket hash (contract.py).
+Bucket = dict[str, int]
 
 
 class AnswerCache:
@@ -92,7 +94,7 @@ class MemoryStore(StateStore):
         """`clock` times expiries (cached answers, health verdicts, locks); the breaker's and
         the health window's time is the `now` given."""
         self._states: dict[str, BreakerState] = {}
-        self._counters: dict[str, _ProviderCounters] = {}
+        self._buckets: dict[str, dict[int, Bucket]] = {}  # name -> bucket index -> fields
         # A few keys per budget and period; they stay for the process's life, like the ledger.
         self._spend: dict[str, float] = {}
         self._version = 0
@@ -111,9 +113,11 @@ class MemoryStore(StateStore):
         self, name: str, spend_keys: Iterable[str] = ()
     ) -> tuple[BreakerState, dict[str, float]]:
         spent = {key: self._spend.get(key, 0.0) for key in spend_keys}
-        state = self._states.get(name, BreakerState())
+        return self._with_health(name, self._states.get(name, BreakerState())), spent
+
+    def _with_health(self, name: str, state: BreakerState) -> BreakerState:
         health = self._health_of(name).status
-        return (replace(state, health=health) if health != state.health else state), spent
+        return replace(state, health=health) if health != state.health else state
 
     async def record(
         self,
@@ -126,22 +130,27 @@ class MemoryStore(StateStore):
         probe_version: int | None = None,
         spend: tuple[SpendIncrement, ...] = (),
         cache: CacheWrite | None = None,
-    ) -> tuple[BreakerState, WindowStats | None]:
-        counters = self._counters.setdefault(name, _ProviderCounters())
+        read_spend: Iterable[str] = (),
+    ) -> Recorded:
+        buckets = self._buckets.setdefault(name, {})
         index = windows.bucket(now)
-        bucket = counters.buckets.get(index)
+        bucket = buckets.get(index)
         if bucket is None:
-            bucket = counters.buckets[index] = [0.0] * (4 + BIN_COUNT)
+            bucket = buckets[index] = {}
             keep_after = index - windows.buckets_in(
                 max(windows.failure_window_s, windows.p95_window_s)
             )
-            for old in [i for i in counters.buckets if i <= keep_after]:
-                del counters.buckets[old]
-        bucket[0] += 1
-        bucket[1] += sample.failure
-        bucket[2] += sample.slow
-        bucket[3] += sample.over_p95
-        bucket[4 + latency_bin(sample.latency_ms)] += 1
+            for old in [i for i in buckets if i <= keep_after]:
+                del buckets[old]
+        for field, counted in (
+            ("c", True),
+            ("f", sample.failure),
+            ("s", sample.slow),
+            ("p", sample.over_p95),
+            (histogram.bin_field(histogram.latency_bin(sample.latency_ms)), True),
+        ):
+            if counted:
+                bucket[field] = bucket.get(field, 0) + 1
         current = self._states.get(name, BreakerState())
         if sample.failure:
             current = replace(current, consecutive_failures=current.consecutive_failures + 1)
@@ -160,24 +169,26 @@ class MemoryStore(StateStore):
             self._cache.put(cache.key, cache.value, cache.ttl_s)
         stats = None
         if want_stats:
-            stats = self._stats(counters, windows, index, windows.bucket(current.closed_at))
-        return current, stats
+            stats = self._stats(buckets, windows, index, windows.bucket(current.closed_at))
+        spent = {key: self._spend.get(key, 0.0) for key in read_spend}
+        spent.update((increment.key, self._spend[increment.key]) for increment in spend)
+        return Recorded(self._with_health(name, current), stats, spent)
 
     def _stats(
-        self, counters: _ProviderCounters, windows: Windows, index: int, closed_bucket: int
+        self, buckets: dict[int, Bucket], windows: Windows, index: int, closed_bucket: int
     ) -> WindowStats:
         """The windows' sums, from after the breaker last closed."""
         calls = failures = slow = p95_calls = over = 0
         failure_from = max(index - windows.buckets_in(windows.failure_window_s), closed_bucket)
         p95_from = max(index - windows.buckets_in(windows.p95_window_s), closed_bucket)
-        for i, bucket in counters.buckets.items():
-            if i > failure_from:
-                calls += int(bucket[0])
-                failures += int(bucket[1])
-                slow += int(bucket[2])
-            if i > p95_from:
-                p95_calls += int(bucket[0])
-                over += int(bucket[3])
+        for i, bucket in buckets.items():
+            if failure_from < i <= index:
+                calls += bucket.get("c", 0)
+                failures += bucket.get("f", 0)
+                slow += bucket.get("s", 0)
+            if p95_from < i <= index:
+                p95_calls += bucket.get("c", 0)
+                over += bucket.get("p", 0)
         return WindowStats(calls, failures, slow, p95_calls, over)
 
     async def transition(self, name: str, expected_version: int, new: BreakerState) -> bool:
@@ -217,23 +228,24 @@ class MemoryStore(StateStore):
         current = self._states.get(name, BreakerState())
         reset = BreakerState(mode=mode, version=current.version + 1)
         self._states[name] = reset
+        self._buckets.pop(name, None)  # the statistics start afresh with the reset breaker
         return reset
 
     async def summary(self, name: str, windows: Windows, now: float) -> WindowSummary:
-        counters = self._counters.get(name, _ProviderCounters())
-        index = windows.bucket(now)
-        failure_from = index - windows.buckets_in(windows.failure_window_s)
-        p95_from = index - windows.buckets_in(windows.p95_window_s)
-        calls = failures = 0
-        histogram = [0] * BIN_COUNT
-        for i, bucket in counters.buckets.items():
-            if i > failure_from:
-                calls += int(bucket[0])
-                failures += int(bucket[1])
-            if i > p95_from:
-                for b in range(BIN_COUNT):
-                    histogram[b] += int(bucket[4 + b])
-        return summarize(calls, failures, histogram, windows)
+        return summarize(self._buckets.get(name, {}).items(), windows, now)
+
+    async def status_read(
+        self,
+        names: Sequence[str],
+        *,
+        windows: Windows,
+        now: float,
+        spend_keys: Iterable[str] = (),
+    ) -> StatusRead:
+        breakers = {name: (await self.read(name))[0] for name in names}
+        summaries = {name: await self.summary(name, windows, now) for name in names}
+        spent = {key: self._spend.get(key, 0.0) for key in spend_keys}
+        return StatusRead(breakers, summaries, spent)
 
     async def seed_spend(self, key: str, amount: float, ttl_s: int) -> None:
         self._spend[key] = max(self._spend.get(key, 0.0), amount)

@@ -17,13 +17,22 @@ from providers.engine.health import Health, HealthState
 VERSION_KEY = "fo:config:version"
 SENTINEL_LAST_RUN_KEY = "fo:sentinel:last_run"
 
+# KEYS: breaker, the call's bucket, health, the spend keys to increment, the spend keys to read,
+# then the cache entry's key when there is one (ARGV[14] > 0). A bucket carries the `epoch` of
+# the breaker it counted for (field `e`): `set_mode` moves the breaker's, so the calls counted
+# before it stop counting, and a bucket of an older epoch is emptied before it counts again.
 RECORD = """
-local b, bk = KEYS[1], KEYS[2]
+local b, bk, hk = KEYS[1], KEYS[2], KEYS[3]
+local epoch = redis.call('HGET', b, 'epoch') or '0'
+if (redis.call('HGET', bk, 'e') or '0') ~= epoch then
+  redis.call('DEL', bk)
+  redis.call('HSET', bk, 'e', epoch)
+end
 redis.call('HINCRBY', bk, 'c', 1)
 if ARGV[1] == '1' then redis.call('HINCRBY', bk, 'f', 1) end
 if ARGV[3] == '1' then redis.call('HINCRBY', bk, 's', 1) end
 if ARGV[4] == '1' then redis.call('HINCRBY', bk, 'p', 1) end
-redis.call('HINCRBY', bk, 'h' .. ARGV[5], 1)
+redis.call('HINCRBY', bk, ARGV[5], 1)
 redis.call('EXPIRE', bk, tonumber(ARGV[6]))
 if ARGV[1] == '1' then
   redis.call('HINCRBY', b, 'consecutive_failures', 1)
@@ -37,16 +46,21 @@ elseif ARGV[2] == '1' then
     end
   end
 end
-local last_spend = #KEYS
+local n_spend = tonumber(ARGV[16])
+local last_read = #KEYS
 if ARGV[14] ~= '0' then
   -- the call's answer, cached with its counting: the last key is the cache entry's
   redis.call('SET', KEYS[#KEYS], ARGV[15], 'EX', tonumber(ARGV[14]))
-  last_spend = #KEYS - 1
+  last_read = #KEYS - 1
 end
-for i = 3, last_spend do
-  local a = 16 + (i - 3) * 2
-  redis.call('INCRBYFLOAT', KEYS[i], ARGV[a])
-  redis.call('EXPIRE', KEYS[i], tonumber(ARGV[a + 1]))
+local spent = {}
+for i = 1, n_spend do
+  local a = 17 + (i - 1) * 2
+  spent[i] = redis.call('INCRBYFLOAT', KEYS[3 + i], ARGV[a])
+  redis.call('EXPIRE', KEYS[3 + i], tonumber(ARGV[a + 1]))
+end
+for i = 4 + n_spend, last_read do
+  spent[#spent + 1] = redis.call('GET', KEYS[i]) or '0'
 end
 local stats = {}
 if ARGV[8] == '1' then
@@ -58,21 +72,24 @@ if ARGV[8] == '1' then
   pw = math.max(0, math.min(pw, idx - closed))
   local c, f, s, pc, p = 0, 0, 0, 0, 0
   for i = 0, math.max(fw, pw) - 1 do
-    local v = redis.call('HMGET', ARGV[9] .. (idx - i), 'c', 'f', 's', 'p')
-    local vc = tonumber(v[1] or '0')
-    if i < fw then
-      c = c + vc
-      f = f + tonumber(v[2] or '0')
-      s = s + tonumber(v[3] or '0')
-    end
-    if i < pw then
-      pc = pc + vc
-      p = p + tonumber(v[4] or '0')
+    local v = redis.call('HMGET', ARGV[9] .. (idx - i), 'c', 'f', 's', 'p', 'e')
+    if (v[5] or '0') == epoch then
+      local vc = tonumber(v[1] or '0')
+      if i < fw then
+        c = c + vc
+        f = f + tonumber(v[2] or '0')
+        s = s + tonumber(v[3] or '0')
+      end
+      if i < pw then
+        pc = pc + vc
+        p = p + tonumber(v[4] or '0')
+      end
     end
   end
   stats = {c, f, s, pc, p}
 end
-return {redis.call('HGETALL', b), stats}
+local health = redis.call('HGET', hk, 'status') or ''
+return {redis.call('HGETALL', b), stats, spent, health}
 """
 
 TRANSITION = """
@@ -99,10 +116,13 @@ redis.call('HINCRBY', KEYS[1], 'probes_admitted', -1)
 return 1
 """
 
+# A reset breaker at the next version and the next statistics epoch (see RECORD).
 SET_MODE = """
-local v = tonumber(redis.call('HGET', KEYS[1], 'version') or '0') + 1
+local cur = redis.call('HMGET', KEYS[1], 'version', 'epoch')
+local v = tonumber(cur[1] or '0') + 1
+local e = tonumber(cur[2] or '0') + 1
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'mode', ARGV[1], 'state', 'closed', 'version', v)
+redis.call('HSET', KEYS[1], 'mode', ARGV[1], 'state', 'closed', 'version', v, 'epoch', e)
 return v
 """
 
@@ -166,6 +186,16 @@ def bucket_prefix(name: str) -> str:
 
 def health_key(name: str) -> str:
     return f"fo:{{{name}}}:health"
+
+
+def epoch_of(raw_breaker: dict[str, str]) -> str:
+    """The statistics epoch a breaker hash is at: buckets of another one no longer count."""
+    return raw_breaker.get("epoch", "0")
+
+
+def bucket_counts(raw_bucket: dict[str, str], epoch: str) -> dict[str, str]:
+    """A bucket hash's fields if it counted for `epoch`, else nothing."""
+    return raw_bucket if raw_bucket.get("e", "0") == epoch else {}
 
 
 def health_from_hash(raw: dict[str, str] | list[str]) -> HealthState:

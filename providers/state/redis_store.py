@@ -4,8 +4,11 @@ Every write is one Lua script (or one command), so a transition, a probe slot or
 atomic across processes. Keys carry the provider in a hash tag (`fo:{name}:…`), so a provider's
 keys share a cluster slot. Cached answers are plain strings under `fo:<key>`; a call's answer is
 written by the record script itself, which a call runs anyway: caching costs no round trip (a
-script in a redis-py pipeline would: it sends SCRIPT EXISTS before every execute). If Redis
-stops answering, `ResilientStore` (`state_resilient`) routes on local state until it is back.
+script in a redis-py pipeline would: it sends SCRIPT EXISTS before every execute). The same
+script answers what the next admission would read (the breaker with its health verdict and the
+spend counters), so a request that succeeds costs one round trip; the status page reads every
+provider's breaker, verdict and buckets in one pipeline (`status_read`). If Redis stops
+answering, `ResilientStore` (`resilient_store`) routes on local state until it is back.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -22,16 +25,17 @@ import redis.asyncio as aioredis
 
 from providers.engine.breaker import BreakerState, Mode, WindowStats
 from providers.engine.health import Health, HealthState
+from providers.state import histogram
 from providers.state import redis_scripts as scripts
 from providers.state.contract import (
-    BIN_COUNT,
     CacheWrite,
+    Recorded,
     Sample,
     SpendIncrement,
     StateStore,
+    StatusRead,
     Windows,
     WindowSummary,
-    latency_bin,
     summarize,
 )
 
@@ -109,7 +113,8 @@ class RedisStore(StateStore):
         probe_version: int | None = None,
         spend: tuple[SpendIncrement, ...] = (),
         cache: CacheWrite | None = None,
-    ) -> tuple[BreakerState, WindowStats | None]:
+        read_spend: Iterable[str] = (),
+    ) -> Recorded:
         index = windows.bucket(now)
         longest = max(windows.failure_window_s, windows.p95_window_s)
         args: list[Any] = [
@@ -117,7 +122,7 @@ class RedisStore(StateStore):
             int(sample.ok),
             int(sample.slow),
             int(sample.over_p95),
-            latency_bin(sample.latency_ms),
+            histogram.bin_field(histogram.latency_bin(sample.latency_ms)),
             windows.bucket_s * (windows.buckets_in(longest) + 1),
             -1 if probe_version is None else probe_version,
             int(want_stats),
@@ -131,15 +136,31 @@ class RedisStore(StateStore):
         if cache is not None and cache.ttl_s < 1:
             cache = None
         args += [0, ""] if cache is None else [cache.ttl_s, cache.value]
+        args.append(len(spend))
         for increment in spend:
             args += [repr(increment.amount), increment.ttl_s]
-        keys = [scripts.breaker_key(name), f"{scripts.bucket_prefix(name)}{index}"]
-        keys += [f"fo:{increment.key}" for increment in spend]
+        # A key incremented is answered with its new value; only the others are read.
+        incremented = [increment.key for increment in spend]
+        read_only = [key for key in dict.fromkeys(read_spend) if key not in incremented]
+        keys = [
+            scripts.breaker_key(name),
+            f"{scripts.bucket_prefix(name)}{index}",
+            scripts.health_key(name),
+        ]
+        keys += [f"fo:{key}" for key in (*incremented, *read_only)]
         if cache is not None:
             keys.append(f"fo:{cache.key}")
-        raw_state, raw_stats = await self._client()[1](keys=keys, args=args)
+        raw_state, raw_stats, raw_spent, status = await self._client()[1](keys=keys, args=args)
         stats = WindowStats(*(int(v) for v in raw_stats)) if raw_stats else None
-        return scripts.state_from_hash(raw_state), stats
+        state = scripts.state_from_hash(raw_state)
+        if status:
+            state = replace(state, health=Health(status))
+        # An increment of a key named twice: the later value is the one after both.
+        spent = {
+            key: float(value)
+            for key, value in zip((*incremented, *read_only), raw_spent, strict=True)
+        }
+        return Recorded(state, stats, spent)
 
     async def transition(self, name: str, expected_version: int, new: BreakerState) -> bool:
         new_pairs = scripts.state_to_pairs(_with_version(new, expected_version + 1))
@@ -162,24 +183,45 @@ class RedisStore(StateStore):
         return BreakerState(mode=mode, version=int(version))
 
     async def summary(self, name: str, windows: Windows, now: float) -> WindowSummary:
-        client = self._client()[0]
+        return (await self.status_read([name], windows=windows, now=now)).summaries[name]
+
+    async def status_read(
+        self,
+        names: Sequence[str],
+        *,
+        windows: Windows,
+        now: float,
+        spend_keys: Iterable[str] = (),
+    ) -> StatusRead:
+        """One pipeline: per provider its breaker hash, health status and every bucket of the
+        longer window, then the spend counters."""
+        names, spend_keys = tuple(names), tuple(spend_keys)
         index = windows.bucket(now)
-        failure_n = windows.buckets_in(windows.failure_window_s)
-        p95_n = windows.buckets_in(windows.p95_window_s)
-        async with client.pipeline(transaction=False) as pipe:
-            for i in range(max(failure_n, p95_n)):
-                pipe.hgetall(f"{scripts.bucket_prefix(name)}{index - i}")
-            buckets = await pipe.execute()
-        calls = failures = 0
-        histogram = [0] * BIN_COUNT
-        for i, bucket in enumerate(buckets):
-            if i < failure_n:
-                calls += int(bucket.get("c", 0))
-                failures += int(bucket.get("f", 0))
-            if i < p95_n:
-                for b in range(BIN_COUNT):
-                    histogram[b] += int(bucket.get(f"h{b}", 0))
-        return summarize(calls, failures, histogram, windows)
+        span = windows.buckets_in(max(windows.failure_window_s, windows.p95_window_s))
+        async with self._client()[0].pipeline(transaction=False) as pipe:
+            for name in names:
+                pipe.hgetall(scripts.breaker_key(name))
+                pipe.hget(scripts.health_key(name), "status")
+                for i in range(span):
+                    pipe.hgetall(f"{scripts.bucket_prefix(name)}{index - i}")
+            if spend_keys:
+                pipe.mget([f"fo:{key}" for key in spend_keys])
+            results = await pipe.execute()
+        breakers: dict[str, BreakerState] = {}
+        summaries: dict[str, WindowSummary] = {}
+        per_name = 2 + span
+        for n, name in enumerate(names):
+            raw_state, status, *raw_buckets = results[n * per_name : (n + 1) * per_name]
+            state = scripts.state_from_hash(raw_state)
+            breakers[name] = replace(state, health=Health(status)) if status else state
+            epoch = scripts.epoch_of(raw_state)
+            buckets = (
+                (index - i, scripts.bucket_counts(raw, epoch)) for i, raw in enumerate(raw_buckets)
+            )
+            summaries[name] = summarize(buckets, windows, now)
+        raw_spent = results[-1] if spend_keys else []
+        spent = {key: float(v or 0) for key, v in zip(spend_keys, raw_spent, strict=True)}
+        return StatusRead(breakers, summaries, spent)
 
     async def seed_spend(self, key: str, amount: float, ttl_s: int) -> None:
         await self._client()[5](keys=[f"fo:{key}"], args=[repr(amount), ttl_s])

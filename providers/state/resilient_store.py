@@ -6,18 +6,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import redis
 
-from providers.engine.breaker import BreakerState, Mode, WindowStats
+from providers.engine.breaker import BreakerState, Mode
 from providers.engine.health import HealthState
 from providers.state.contract import (
     CacheWrite,
+    Recorded,
     Sample,
     SpendIncrement,
     StateStore,
+    StatusRead,
     Windows,
     WindowSummary,
 )
@@ -108,8 +110,9 @@ class ResilientStore(StateStore):
         probe_version: int | None = None,
         spend: tuple[SpendIncrement, ...] = (),
         cache: CacheWrite | None = None,
-    ) -> tuple[BreakerState, WindowStats | None]:
-        result: tuple[BreakerState, WindowStats | None] = await self._call(
+        read_spend: Iterable[str] = (),
+    ) -> Recorded:
+        result: Recorded = await self._call(
             "record",
             name,
             sample,
@@ -119,6 +122,7 @@ class ResilientStore(StateStore):
             probe_version=probe_version,
             spend=spend,
             cache=cache,
+            read_spend=tuple(read_spend),  # a generator would be spent by a failed first try
         )
         return result
 
@@ -139,6 +143,19 @@ class ResilientStore(StateStore):
 
     async def summary(self, name: str, windows: Windows, now: float) -> WindowSummary:
         result: WindowSummary = await self._call("summary", name, windows, now)
+        return result
+
+    async def status_read(
+        self,
+        names: Sequence[str],
+        *,
+        windows: Windows,
+        now: float,
+        spend_keys: Iterable[str] = (),
+    ) -> StatusRead:
+        result: StatusRead = await self._call(
+            "status_read", tuple(names), windows=windows, now=now, spend_keys=tuple(spend_keys)
+        )
         return result
 
     async def seed_spend(self, key: str, amount: float, ttl_s: int) -> None:

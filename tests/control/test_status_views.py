@@ -11,8 +11,9 @@ from django.test import Client
 
 from failover_site.runtime.gateway import Gateway, get_gateway, set_gateway
 from failover_site.runtime.incidents import incidents_record
-from providers.control.dashboard import DEGRADED, DOWN, HEALTHY, OFF, control_status, health_of
+from providers.control.dashboard import control_status, health_of
 from providers.engine.breaker import BreakerEvent, BreakerState, EventKind, Mode, State
+from providers.engine.health import DEGRADED, DISABLED, DOWN, HEALTHY
 from providers.models import ConfigChange, FailoverPolicy, Incident, Provider
 from providers.selectors import policy_get
 from providers.services import policy as policy_services
@@ -74,7 +75,7 @@ class TestHealth:
         assert health_of(BreakerState(mode=Mode.DISABLED), QUIET, True) == DOWN
 
     def test_a_disabled_provider_is_shown_as_disabled(self):
-        assert health_of(BreakerState(), QUIET, enabled=False) == OFF
+        assert health_of(BreakerState(), QUIET, enabled=False) == DISABLED
 
 
 class TestServingNow:

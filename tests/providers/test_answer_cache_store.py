@@ -104,7 +104,7 @@ async def test_a_ttl_under_one_second_keeps_nothing(store):
 
 async def test_record_with_a_cache_write_keeps_the_answer_and_still_counts_the_call(store):
     await record(store, sample=call(failure=True))
-    state, stats = await record(
+    recorded = await record(
         store,
         sample=call(slow=True),
         want_stats=True,
@@ -112,9 +112,10 @@ async def test_record_with_a_cache_write_keeps_the_answer_and_still_counts_the_c
         cache=CacheWrite(KEY, ANSWER, 60),
     )
     assert await store.cache_get(KEY) == ANSWER
-    assert state.consecutive_failures == 0
-    assert stats is not None
-    assert (stats.calls, stats.failures, stats.slow) == (2, 1, 1)
+    assert recorded.state.consecutive_failures == 0
+    assert recorded.stats is not None
+    assert (recorded.stats.calls, recorded.stats.failures, recorded.stats.slow) == (2, 1, 1)
+    assert recorded.spent == {SPEND: pytest.approx(0.25)}
     assert (await store.read(NAME, [SPEND]))[1] == {SPEND: pytest.approx(0.25)}
     summary = await store.summary(NAME, WINDOWS, T0)
     assert (summary.calls, summary.failures) == (2, 1)

@@ -139,7 +139,8 @@ async def test_status_shows_each_provider_and_the_kill_switch(api, gateway, prim
     assert cloud["breaker"]["state"] == "closed" and cloud["window"]["calls"] == 3
     assert cloud["window"]["p95_ms"] is not None
     assert body["state_store"]["ok"] is True
-    assert local["health"] == cloud["health"] == "unknown"  # no sentinel run yet
+    assert local["sentinel"] == cloud["sentinel"] == "unknown"  # no sentinel run yet
+    assert (local["health"], cloud["health"]) == ("down", "healthy")  # by the breaker
 
 
 async def test_status_shows_the_sentinels_verdict(api, gateway, primary):
@@ -149,11 +150,35 @@ async def test_status_shows_the_sentinels_verdict(api, gateway, primary):
     await sentinel_run(gateway)
     body = (await api.get("/api/v1/status")).json()
     local, cloud = body["providers"]
-    assert (local["health"], cloud["health"]) == ("healthy", "healthy")  # one bad check of 5
+    assert (local["sentinel"], cloud["sentinel"]) == ("healthy", "healthy")  # one bad of 5
     for _ in range(2):
         await sentinel_run(gateway)
     local = (await api.get("/api/v1/status")).json()["providers"][0]
-    assert local["health"] == "degraded"  # 3 bad of the last 5
+    assert local["sentinel"] == local["health"] == "degraded"  # 3 bad of the last 5
+
+
+async def test_the_status_endpoint_and_the_control_room_say_the_same_health(api, gateway, primary):
+    from asgiref.sync import sync_to_async
+
+    from providers.control.dashboard import control_status
+
+    async def both() -> tuple[dict[str, str], dict[str, str]]:
+        body = (await api.get("/api/v1/status")).json()
+        panel = await sync_to_async(control_status)(gateway)
+        return (
+            {p["name"]: p["health"] for p in body["providers"]},
+            {row.name: row.health for row in panel.providers},
+        )
+
+    assert await both() == ({"ollama-local": "healthy", "openai-cloud": "healthy"},) * 2
+    primary.set_fault(mode="error")
+    await ask(api, cache=False)  # one failure: the breaker stays closed, the window shows it
+    api_says, panel_says = await both()
+    assert api_says == panel_says == {"ollama-local": "degraded", "openai-cloud": "healthy"}
+    for _ in range(2):
+        await ask(api, cache=False)
+    api_says, panel_says = await both()
+    assert api_says == panel_says == {"ollama-local": "down", "openai-cloud": "healthy"}
 
 
 async def test_status_shows_budget_use(api, gateway, providers_configured, primary):

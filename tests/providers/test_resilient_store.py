@@ -21,6 +21,8 @@ NAME = "ollama-local"
 T0 = 1_700_000_000.0
 WINDOWS = Windows(bucket_s=1, failure_window_s=60, p95_window_s=120)
 SPEND = "spend:1:2023-11"
+OTHER_SPEND = "spend:2:2023-11-14"
+OTHER = "openai-cloud"
 FAILED = Sample(ok=False, failure=True, slow=False, over_p95=False, latency_ms=120)
 
 
@@ -64,7 +66,7 @@ async def test_every_call_falls_back_to_local_state_without_raising(down):
     assert await down.transition(NAME, 1, half) is True
     assert await down.acquire_probe(NAME, 2, 3) is True
 
-    state, stats = await down.record(
+    recorded = await down.record(
         NAME,
         FAILED,
         now=T0 + 61,
@@ -72,18 +74,27 @@ async def test_every_call_falls_back_to_local_state_without_raising(down):
         want_stats=True,
         probe_version=2,
         spend=(SpendIncrement(SPEND, 0.5, 3600),),
+        read_spend=(key for key in (SPEND, OTHER_SPEND)),
     )
+    state, stats = recorded.state, recorded.stats
     assert (state.state, state.probes_admitted, state.consecutive_failures) == (
         State.HALF_OPEN,
         1,
         1,
     )
     assert stats is not None and (stats.calls, stats.failures) == (1, 1)
+    assert recorded.spent == {SPEND: 0.5, OTHER_SPEND: 0.0}
     await down.seed_spend(SPEND, 0.25, 3600)  # the ledger's figure, behind the live counter
     assert (await down.read(NAME, [SPEND]))[1] == {SPEND: 0.5}
 
     summary = await down.summary(NAME, WINDOWS, T0 + 61)
     assert (summary.calls, summary.failures) == (1, 1)
+    status = await down.status_read(
+        [NAME, OTHER], windows=WINDOWS, now=T0 + 61, spend_keys=iter([SPEND])
+    )
+    assert status.breakers == {NAME: state, OTHER: BreakerState()}
+    assert status.summaries[NAME] == summary and status.summaries[OTHER].calls == 0
+    assert status.spent == {SPEND: 0.5}
     assert await down.set_mode(NAME, Mode.DISABLED) == BreakerState(mode=Mode.DISABLED, version=3)
     assert await down.config_version() == 0
     assert down.bump_config_version() == 1
@@ -168,9 +179,20 @@ async def test_with_redis_up_it_reads_and_writes_through_to_redis():
 
         await resilient.cache_put("cache:put", "ü", 60)
         recorded = CacheWrite("cache:recorded", "ß", 60)
-        await resilient.record(
-            NAME, FAILED, now=T0, windows=WINDOWS, want_stats=False, cache=recorded
+        answered = await resilient.record(
+            NAME,
+            FAILED,
+            now=T0,
+            windows=WINDOWS,
+            want_stats=False,
+            cache=recorded,
+            read_spend=iter([SPEND]),
         )
+        assert answered.spent == {SPEND: 2.5}
+        status = await resilient.status_read([NAME], windows=WINDOWS, now=T0, spend_keys=[SPEND])
+        assert status.breakers[NAME] == answered.state == (await plain.read(NAME))[0]
+        assert status.summaries[NAME] == await plain.summary(NAME, WINDOWS, T0)
+        assert (status.summaries[NAME].calls, status.spent) == (1, {SPEND: 2.5})
         assert await plain.cache_get("cache:put") == "ü"
         assert await plain.cache_get("cache:recorded") == "ß"
         assert await resilient.fallback.cache_get("cache:put") is None

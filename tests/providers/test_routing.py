@@ -563,3 +563,30 @@ async def test_timeouts_count_as_slow_calls_as_the_error_table_says(
         await ask(api, cache=False)
     state, _ = await gateway.store.read("ollama-local")
     assert (state.state, state.reason) == (State.OPEN, "slow_calls")
+
+
+@pytest.mark.services
+async def test_a_plain_request_that_succeeds_first_time_makes_one_redis_round_trip(
+    api, gateway, primary, monkeypatch
+):
+    import redis.asyncio.connection as connection
+
+    for _ in range(2):  # the first request reads the breaker; later ones ride on the replies
+        assert (await ask(api)).json()["tier"] == "primary"
+    request_task = asyncio.current_task()
+    sent: list[object] = []
+    original = connection.AbstractConnection.send_packed_command
+
+    async def counted(self, command, check_health=True):
+        # Only this request's own exchanges: the background poller and the ledger run in
+        # tasks of their own.
+        if asyncio.current_task() is request_task:
+            sent.append(command)
+        return await original(self, command, check_health)
+
+    monkeypatch.setattr(connection.AbstractConnection, "send_packed_command", counted)
+    for _ in range(5):
+        sent.clear()
+        assert (await ask(api)).json()["tier"] == "primary"
+        assert len(sent) == 1
+    monkeypatch.undo()

@@ -13,7 +13,7 @@ from django.conf import settings
 
 from providers.engine.breaker import BreakerState, Mode, State, WindowStats
 from providers.engine.health import Health, HealthState
-from providers.state.contract import Sample, SpendIncrement, StateStore, Windows
+from providers.state.contract import Recorded, Sample, SpendIncrement, StateStore, Windows
 from providers.state.memory_store import MemoryStore
 from providers.state.redis_store import RedisStore
 from providers.state.resilient_store import ResilientStore
@@ -85,7 +85,7 @@ def call(*, failure: bool = False, latency_ms: float = 100.0, slow: bool = False
 
 async def record(
     store: StateStore, now: float = T0, *, sample: Sample, want_stats: bool = False, **options
-) -> tuple[BreakerState, WindowStats | None]:
+) -> Recorded:
     return await store.record(
         NAME, sample, now=now, windows=WINDOWS, want_stats=want_stats, **options
     )
@@ -126,29 +126,30 @@ async def test_a_fresh_breaker_reads_closed_at_version_zero_with_nothing_spent(s
 async def test_record_counts_consecutive_failures_and_a_success_resets_them(store):
     counts = []
     for _ in range(3):
-        state, stats = await record(store, sample=call(failure=True))
+        recorded = await record(store, sample=call(failure=True))
+        state, stats = recorded.state, recorded.stats
         counts.append(state.consecutive_failures)
         assert stats is None
     assert counts == [1, 2, 3]
     assert (await store.read(NAME))[0].consecutive_failures == 3
 
-    state, _ = await record(store, sample=call())
+    state = (await record(store, sample=call())).state
     assert state.consecutive_failures == 0
     assert (await store.read(NAME))[0].consecutive_failures == 0
 
 
 async def test_window_sums_drop_buckets_older_than_the_window(store):
-    _, stats = await record(store, T0, sample=call(failure=True), want_stats=True)
+    stats = (await record(store, T0, sample=call(failure=True), want_stats=True)).stats
     assert stats == WindowStats(calls=1, failures=1, slow=0, p95_calls=1, over_p95=0)
 
-    _, stats = await record(store, T0 + 30, sample=call(slow=True), want_stats=True)
+    stats = (await record(store, T0 + 30, sample=call(slow=True), want_stats=True)).stats
     assert stats == WindowStats(calls=2, failures=1, slow=1, p95_calls=2, over_p95=0)
 
     # 61 s on, the first call has left the 60 s failure window but not the 120 s p95 window.
-    _, stats = await record(store, T0 + 61, sample=call(latency_ms=6000), want_stats=True)
+    stats = (await record(store, T0 + 61, sample=call(latency_ms=6000), want_stats=True)).stats
     assert stats == WindowStats(calls=2, failures=0, slow=1, p95_calls=3, over_p95=1)
 
-    _, stats = await record(store, T0 + 125, sample=call(), want_stats=True)
+    stats = (await record(store, T0 + 125, sample=call(), want_stats=True)).stats
     assert stats == WindowStats(calls=1, failures=0, slow=0, p95_calls=3, over_p95=1)
 
 
@@ -210,21 +211,21 @@ async def test_fifty_concurrent_probe_requests_get_exactly_three_slots(store):
 
 async def test_a_probe_success_counts_only_at_the_version_that_admitted_it(store):
     half = await half_open(store)
-    state, _ = await record(store, sample=call(), probe_version=half.version)
+    state = (await record(store, sample=call(), probe_version=half.version)).state
     assert state.probes_succeeded == 1
-    state, _ = await record(store, sample=call(), probe_version=half.version - 1)
+    state = (await record(store, sample=call(), probe_version=half.version - 1)).state
     assert state.probes_succeeded == 1
-    state, _ = await record(store, sample=call())  # not a probe
+    state = (await record(store, sample=call())).state  # not a probe
     assert state.probes_succeeded == 1
-    state, _ = await record(store, sample=call(failure=True), probe_version=half.version)
+    state = (await record(store, sample=call(failure=True), probe_version=half.version)).state
     assert (state.probes_succeeded, state.consecutive_failures) == (1, 1)
 
     # A fresh half-open (a new version) doesn't count the old probes' successes.
     fresh = BreakerState(state=State.HALF_OPEN, version=half.version + 1, half_opened_at=T0 + 200)
     assert await store.transition(NAME, half.version, fresh)
-    state, _ = await record(store, sample=call(), probe_version=half.version)
+    state = (await record(store, sample=call(), probe_version=half.version)).state
     assert state.probes_succeeded == 0
-    state, _ = await record(store, sample=call(), probe_version=fresh.version)
+    state = (await record(store, sample=call(), probe_version=fresh.version)).state
     assert state.probes_succeeded == 1
 
 
@@ -271,19 +272,20 @@ async def test_summary_gives_calls_failure_rate_and_a_p95_from_the_histogram(sto
     await record(store, sample=call(failure=True, latency_ms=6000))
     summary = await store.summary(NAME, WINDOWS, T0)
     assert (summary.calls, summary.failures, summary.failure_rate_pct) == (20, 1, 5.0)
-    assert summary.p95_ms == 100.0  # 19 of 20 calls fall in the ≤ 100 ms bin
+    assert summary.p95_ms == pytest.approx(80, rel=0.05)  # the 19th fastest of 20
     assert summary.calls_per_minute == 20.0
 
     await record(store, sample=call(failure=True, latency_ms=6000))
     summary = await store.summary(NAME, WINDOWS, T0)
     assert (summary.calls, summary.failures, summary.failure_rate_pct) == (21, 2, 9.5)
-    assert summary.p95_ms == 8000.0  # now under 95 % are fast: the 6 s calls' bin
+    assert summary.p95_ms == pytest.approx(6000, rel=0.05)  # the 20th of 21: a 6 s call
 
 
 async def test_summary_forgets_calls_older_than_its_windows(store):
     await record(store, T0, sample=call(failure=True, latency_ms=6000))
     summary = await store.summary(NAME, WINDOWS, T0 + 90)
-    assert (summary.calls, summary.failures, summary.p95_ms) == (0, 0, 8000.0)
+    assert (summary.calls, summary.failures) == (0, 0)
+    assert summary.p95_ms == pytest.approx(6000, rel=0.05)  # still in the 120 s p95 window
     summary = await store.summary(NAME, WINDOWS, T0 + 200)
     assert (summary.calls, summary.p95_ms) == (0, None)
 
@@ -330,7 +332,7 @@ async def test_calls_before_the_breaker_last_closed_no_longer_count(store):
     current, _ = await store.read(NAME)
     closed = BreakerState(state=State.CLOSED, version=current.version + 1, closed_at=T0 + 10)
     assert await store.transition(NAME, current.version, closed)
-    _, stats = await record(store, T0 + 12, sample=call(failure=True), want_stats=True)
+    stats = (await record(store, T0 + 12, sample=call(failure=True), want_stats=True)).stats
     assert stats == WindowStats(calls=1, failures=1, slow=0, p95_calls=1, over_p95=0)
 
 
