@@ -93,6 +93,7 @@ class EventKind(models.TextChoices):
     CREDENTIALS = "credentials", "Credentials rejected"
     CLOUD_SHARE = "cloud_share", "Cloud share above target"
     SENTINEL_DOWN = "sentinel_down", "Sentinel down"
+    LEDGER_REJECTED = "ledger_rejected", "Ledger records refused"
     TEST = "test", "Test alert"
 
 

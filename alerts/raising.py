@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
@@ -94,9 +95,50 @@ def alert_suppress(*, kind: str, severity: str, key: str, title: str, message: s
 
 
 def _next_provider(name: str) -> str:
+    """The next enabled provider by priority: who should serve, whether it can or not."""
     later = Provider.objects.filter(enabled=True).exclude(name=name).order_by("priority", "name")
     first = later.first()
     return first.name if first is not None else ""
+
+
+# The latest requests since an incident began that say what serves in its place.
+SERVING_SAMPLE = 20
+_FALLBACK_TIERS = {
+    "cache": "from cached answers",
+    "static": "from the static answers",
+    "degraded": "with the degradation message",
+}
+
+
+def _serving_since(incident: Incident) -> tuple[str, bool] | None:
+    """What really answered the latest requests since the incident began, other than the
+    provider that is out, from the call ledger: (the sentence, whether a provider serves).
+    None before any such request is in the ledger."""
+    latest = (
+        CallRecord.objects.filter(created_at__gte=incident.started_at)
+        .exclude(final_provider=incident.provider)
+        .exclude(outcome="rejected")  # the client's mistake says nothing of who serves
+        .order_by("-created_at", "-id")
+        .values_list("tier", "final_provider")[:SERVING_SAMPLE]
+    )
+    rows = list(latest)
+    if not rows:
+        return None
+    providers = Counter(name for tier, name in rows if tier in ("primary", "secondary") and name)
+    fallbacks = Counter(tier for tier, name in rows if tier in _FALLBACK_TIERS)
+    if providers:
+        name, served = providers.most_common(1)[0]
+        sentence = f"Traffic moves to {name}."
+        if served < len(rows):
+            sentence = f"Traffic moves to {name} ({served} of the last {len(rows)} requests)."
+        if fallbacks:
+            tier = fallbacks.most_common(1)[0][0]
+            sentence += f" Others are answered {_FALLBACK_TIERS[tier]}."
+        return sentence, True
+    if fallbacks:
+        tier = fallbacks.most_common(1)[0][0]
+        return f"No provider serves: requests are answered {_FALLBACK_TIERS[tier]}.", False
+    return "No provider serves, and requests get no answer.", False
 
 
 def incident_opened(incident: Incident) -> None:
@@ -123,11 +165,18 @@ def failover_check(incident_id: int) -> AlertEvent | None:
             reason="flap",
             data=data,
         )
-    successor = _next_provider(incident.provider)
-    where = f"Traffic moves to {successor}." if successor else "No provider is left."
+    serving = _serving_since(incident)
+    if serving is None:  # no request since it began: who serves is only who should
+        successor = _next_provider(incident.provider)
+        serving = (
+            (f"Traffic should move to {successor}.", True)
+            if successor
+            else ("No provider is left.", False)
+        )
+    where, provider_serves = serving
     return alert_raise(
         kind="failover",
-        severity="warning" if successor else "critical",
+        severity="warning" if provider_serves else "critical",
         key=key,
         title=title,
         message=(
@@ -275,3 +324,21 @@ class _Throttle:
 
 
 request_throttle = _Throttle(every_s=10.0)
+
+
+def ledger_rows_rejected(count: int, path: str, error: str) -> AlertEvent:
+    """Call records the database refused, set aside in a file; the others were written."""
+    return alert_raise(
+        kind="ledger_rejected",
+        severity="critical",
+        # One key for them all: a bug that spoils every record sets some aside every second,
+        # and that is one alert per cooldown (each file's event is kept, with its path).
+        key="ledger_rejected",
+        title=f"Call ledger: {count} record{'s' if count != 1 else ''} refused by the database",
+        message=(
+            f"The database refused {count} call record{'s' if count != 1 else ''} ({error[:300]}); "
+            f"they are kept in {path}, the others were written. Once the cause is fixed, move "
+            "the file into ledger-spill/ and it is written at the next start."
+        ),
+        data={"count": count, "path": path, "error": error[:500]},
+    )

@@ -9,6 +9,7 @@ call ledger and closes the provider connections.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import os
@@ -24,12 +25,16 @@ from django.conf import settings  # noqa: E402
 
 from failover_site.handlers import ApiHandler, CappedASGIHandler  # noqa: E402
 from failover_site.runtime.gateway import get_gateway  # noqa: E402
+from failover_site.runtime.incidents import incidents_reconcile  # noqa: E402
 from failover_site.runtime.scheduler import InProcessScheduler, serving_process_jobs  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
 # Paths served by the lean handler: the frontends' endpoints.
 API_PREFIXES = ("/api/", "/v1/")
+# How long the start-up waits on settling the incidents a stopped process left open: a slow
+# database must not keep the process from serving.
+RECONCILE_TIMEOUT_S = 10.0
 
 
 django_application: Any = CappedASGIHandler()
@@ -51,6 +56,16 @@ async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
         await django_application(scope, receive, send)
 
 
+async def _reconcile_incidents() -> None:
+    """Before the first request (whose breaker events would otherwise be taken for re-openings
+    of incidents nothing follows any more); a failure is logged, never the start-up's."""
+    try:
+        async with asyncio.timeout(RECONCILE_TIMEOUT_S):
+            await incidents_reconcile(get_gateway().store)
+    except Exception:
+        logger.exception("the incidents left open could not be settled at start-up")
+
+
 async def _lifespan(receive: Any, send: Any) -> None:
     scheduler = InProcessScheduler(get_gateway(), serving_process_jobs())
     while True:
@@ -60,6 +75,7 @@ async def _lifespan(receive: Any, send: Any) -> None:
             # process: keep it out of the collector's full passes, which otherwise walk it
             # every few thousand requests and stall them all for tens of milliseconds.
             gc.freeze()
+            await _reconcile_incidents()
             # The background jobs this process runs itself: all of them in the embedded mode,
             # only the watch on the workers' sentinel with Celery.
             scheduler.start()

@@ -91,29 +91,45 @@ def _run_here(name: str, args: tuple[Any, ...], countdown: float) -> None:
 class InProcessScheduler:
     """The periodic jobs as asyncio tasks on a serving process's loop."""
 
+    # A job still running this long after the stop is left behind: shutdown goes on to the
+    # ledger's flush, which must not wait on a health check.
+    STOP_TIMEOUT_S = 10.0
+
     def __init__(self, gateway: Gateway, periodic: tuple[Periodic, ...] | None = None) -> None:
         self.gateway = gateway
         self.jobs = periodic if periodic is not None else jobs.PERIODIC
         self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
 
     def start(self) -> None:
         if not self._tasks:
+            self._stopping = False
             self._tasks = [spawn(self._every(job)) for job in self.jobs]
 
     async def _every(self, periodic: Periodic) -> None:
-        while True:
+        # The flag, not only the cancellation, ends the loop: a job caught in a database call
+        # (`sync_to_async`) finishes that call and swallows the cancellation.
+        while not self._stopping:
             try:
                 await periodic.job(self.gateway)
             except Exception:
                 logger.exception("background job %s failed", periodic.name)
+            if self._stopping:
+                break
             await asyncio.sleep(periodic.every_s)
 
     async def stop(self) -> None:
+        self._stopping = True
         for task in self._tasks:
             task.cancel()
+        if self._tasks:
+            _, left = await asyncio.wait(self._tasks, timeout=self.STOP_TIMEOUT_S)
+            for task in left:
+                logger.warning("background job task %s did not stop in time", task.get_name())
         for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            if task.done() and not task.cancelled():
+                with contextlib.suppress(Exception):
+                    task.result()
         self._tasks = []
 
 

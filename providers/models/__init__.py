@@ -8,7 +8,7 @@ them from.
 
 from __future__ import annotations
 
-from providers.models.audit import ChangeAction, ConfigChange, Incident
+from providers.models.audit import ChangeAction, ConfigChange, Incident, IncidentClosedReason
 from providers.models.policy import (
     CacheMode,
     FailoverPolicy,
@@ -27,6 +27,7 @@ __all__ = [
     "ConfigChange",
     "FailoverPolicy",
     "Incident",
+    "IncidentClosedReason",
     "KillSwitch",
     "Provider",
     "ProviderKind",

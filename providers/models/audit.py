@@ -50,6 +50,12 @@ class ConfigChange(models.Model):
         return f"{when} {self.actor_name} {self.get_action_display().lower()} {self.target_repr}"
 
 
+class IncidentClosedReason(models.TextChoices):
+    # Left open by a process that stopped, with no breaker anywhere still open to end it: we
+    # don't know it recovered, only that nothing follows it any more.
+    RESTART = "restart", "Closed at a restart"
+
+
 class Incident(models.Model):
     """A provider out of service: from its breaker opening to its closing again.
 
@@ -63,6 +69,12 @@ class Incident(models.Model):
     reason = models.CharField(max_length=100, blank=True)
     reopened = models.PositiveIntegerField(
         default=0, help_text="Failed half-open rounds before it recovered."
+    )
+    closed_reason = models.CharField(
+        max_length=16,
+        choices=IncidentClosedReason.choices,
+        blank=True,
+        help_text="Why it was closed, when not by its breaker closing.",
     )
 
     class Meta:

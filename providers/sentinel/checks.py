@@ -103,12 +103,37 @@ async def _check_and_record(
             inference=wants_inference(adapter, policy),
         )
     state, changed = await record_result(runtime, provider.name, result, policy)
-    if changed:
-        bad = state.status in (Health.DEGRADED, Health.DOWN)
-        (logger.warning if bad else logger.info)(
-            "sentinel: %s is %s (%s)", provider.name, state.status.value, result.detail or "ok"
-        )
+    _log_check(provider.name, result, state, changed, policy)
     return ProviderHealth(provider.name, result, state, changed)
+
+
+def _log_check(
+    name: str, result: HealthResult, state: HealthState, changed: bool, policy: PolicyConfig
+) -> None:
+    """Every failed check is a warning, whatever the status it leaves: a first failure is under
+    the degraded threshold (the status reads healthy) and still a failure. A change to a bad
+    status, or back to healthy on a good check, is logged as such; a good check that changes
+    nothing logs nothing."""
+    status = state.status.value
+    degraded = state.status in (Health.DEGRADED, Health.DOWN)
+    if not result.ok:
+        bad, threshold = state.window.count(False), policy.sentinel_degraded_after
+        count = (
+            f"{bad} of {threshold} bad"
+            if bad < threshold
+            else f"{bad} bad of the last {len(state.window)}"
+        )
+        logger.warning(
+            "sentinel: %s check failed (%s); status %s, %s",
+            name,
+            result.detail or "no detail",
+            status,
+            count,
+        )
+    if changed and (result.ok or degraded):
+        (logger.warning if degraded else logger.info)(
+            "sentinel: %s is %s (%s)", name, status, result.detail or "ok"
+        )
 
 
 async def sentinel_run(runtime: Runtime) -> list[ProviderHealth]:

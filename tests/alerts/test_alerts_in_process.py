@@ -4,10 +4,11 @@ alerts itself (its threads), and runs the periodic jobs on its own loop."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 import pytest
-from asgiref.sync import sync_to_async
+from asgiref.sync import async_to_sync, sync_to_async
 
 from alerts.fake_receiver import FakeReceiver
 from alerts.models import AlertEvent
@@ -107,3 +108,41 @@ async def test_the_embedded_scheduler_runs_the_real_sentinel(in_process, gateway
     assert found["ollama-local"].window == (False,)  # its check failed
     assert found["openai-cloud"].window == (True,)
     assert await gateway.store.sentinel_last_run() is not None
+
+
+async def test_stopping_ends_a_job_caught_in_a_database_call(gateway):
+    # A database call (`sync_to_async`) finishes what it does and swallows the cancellation;
+    # the scheduler must stop all the same, or the shutdown never reaches the ledger's flush.
+    inside = asyncio.Event()
+
+    def database_call() -> None:  # sync code that awaits something of its own, as ORM code may
+        async_to_sync(asyncio.sleep)(0.3)
+
+    async def database_job(_gateway) -> None:
+        inside.set()
+        await sync_to_async(database_call)()
+
+    scheduler = InProcessScheduler(gateway, (Periodic("database", database_job, 0.01),))
+    scheduler.start()
+    await inside.wait()
+    await asyncio.wait_for(scheduler.stop(), timeout=5)
+
+
+async def test_a_job_that_ignores_the_stop_is_left_behind_and_the_shutdown_goes_on(
+    gateway, monkeypatch, caplog
+):
+    monkeypatch.setattr(InProcessScheduler, "STOP_TIMEOUT_S", 0.2)
+    release = asyncio.Event()
+
+    async def stubborn(_gateway) -> None:
+        while not release.is_set():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(0.05)
+
+    scheduler = InProcessScheduler(gateway, (Periodic("stubborn", stubborn, 0.01),))
+    scheduler.start()
+    await asyncio.sleep(0.05)
+    await asyncio.wait_for(scheduler.stop(), timeout=3)
+    assert "did not stop in time" in caplog.text
+    release.set()  # let it end, so the test leaves no task behind
+    await asyncio.sleep(0.1)

@@ -18,6 +18,7 @@ from alerts.raising import (
     failover_check,
     incident_closed,
 )
+from billing.models import Budget
 from failover_site.runtime import jobs
 from providers.models import Incident
 from providers.selectors import policy_get
@@ -73,11 +74,24 @@ class TestIncidents:
         make_provider(name="openai-cloud", kind="openai", priority=20, is_local=False)
         event = failover_check(self.incident(lasted_s=None).pk)
         assert event.status == "pending" and event.severity == "warning"
-        assert "Traffic moves to openai-cloud" in event.message
+        # No request since it began says who serves: only who should.
+        assert "Traffic should move to openai-cloud." in event.message
 
     def test_with_no_provider_left_it_is_critical(self):
         make_provider(name="ollama-local", priority=10)
         assert failover_check(self.incident(lasted_s=None).pk).severity == "critical"
+
+    def test_it_names_the_tier_the_latest_requests_since_it_began_got(self):
+        make_provider(name="ollama-local", priority=10)
+        make_provider(name="openai-cloud", kind="openai", priority=20, is_local=False)
+        incident = self.incident(lasted_s=None)
+        before = incident.started_at - timedelta(seconds=5)
+        make_call_record(final_provider="openai-cloud", tier="secondary", created_at=before)
+        make_call_record(final_provider="ollama-local", tier="primary")  # a half-open probe
+        make_call_record(final_provider="", tier="cache", outcome="fallback")
+        event = failover_check(incident.pk)
+        assert event.severity == "critical"
+        assert "No provider serves: requests are answered from cached answers." in event.message
 
     def test_one_back_within_the_flap_window_is_kept_as_a_flap(self):
         event = failover_check(self.incident(lasted_s=10).pk)
@@ -158,3 +172,41 @@ async def test_rejected_credentials_are_raised_from_the_request_path(api, gatewa
         await asyncio.sleep(0.05)
     event = await sync_to_async(AlertEvent.objects.get)(kind="credentials")
     assert event.key == "credentials:ollama-local" and event.severity == "critical"
+
+
+async def failover_check_of_a_new_incident_after(api, gateway, prompt: str) -> AlertEvent:
+    """An outage of the primary that began a little earlier, one real request routed through
+    the gateway, then the check at the end of the flap window."""
+    incident = await sync_to_async(Incident.objects.create)(
+        provider="ollama-local", started_at=timezone.now() - timedelta(seconds=1), reason="refused"
+    )
+    await ask(api, prompt)
+    await gateway.ledger.flush()
+    return await sync_to_async(failover_check)(incident.pk)
+
+
+async def test_a_failover_to_a_secondary_out_of_budget_names_the_static_tier(
+    api, gateway, primary, secondary
+):
+    await sync_to_async(Budget.objects.create)(scope="all", period="day", cap=Decimal("1.00"))
+    await sync_to_async(make_call_record)(
+        final_provider="openai-cloud",
+        tier="secondary",
+        cost=Decimal("1.00"),
+        created_at=timezone.now() - timedelta(seconds=30),
+    )  # the day's spend, before the outage
+    primary.stop()
+    event = await failover_check_of_a_new_incident_after(
+        api, gateway, "What are your opening hours?"
+    )
+    assert secondary.calls == 0
+    assert "openai-cloud" not in event.message
+    assert "No provider serves: requests are answered from the static answers." in event.message
+    assert event.severity == "critical"
+
+
+async def test_a_failover_to_a_serving_secondary_names_it(api, gateway, primary, secondary):
+    primary.stop()
+    event = await failover_check_of_a_new_incident_after(api, gateway, "Write a limerick.")
+    assert secondary.calls == 1
+    assert "Traffic moves to openai-cloud." in event.message and event.severity == "warning"

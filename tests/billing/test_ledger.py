@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import uuid
 from datetime import timedelta
 
 import pytest
 from asgiref.sync import sync_to_async
-from django.db import OperationalError, connections
+from django.db import OperationalError, connection, connections
 from django.utils import timezone
 
+from alerts.models import AlertEvent
 from billing.models import CallRecord
 from failover_site.runtime import ledger as ledger_module
 from failover_site.runtime.ledger import LedgerWriter
@@ -205,3 +208,163 @@ async def test_records_the_database_cannot_take_at_shutdown_wait_on_disk(
     )()
     assert stored == set(ids)
     assert not spilled.exists()
+
+
+# Values the database itself refuses, as a bug upstream could hand it: a CHECK constraint on
+# both backends, and on PostgreSQL a text past its column's length (SQLite doesn't enforce it).
+REFUSED = [
+    pytest.param({"latency_ms": -1}, "IntegrityError", id="negative-latency"),
+    pytest.param({"tier": "x" * 17}, "DataError", id="over-long-tier", marks=pytest.mark.services),
+]
+
+
+@pytest.fixture
+def handed(monkeypatch, settings, tmp_path):
+    """Alerts raised, not delivered (delivery is the channels' business); files in tmp_path."""
+    settings.DATA_DIR = tmp_path
+    handed: list[tuple] = []
+    monkeypatch.setattr("alerts.dispatch.hand_over", lambda *args, **kw: handed.append(args))
+    return handed
+
+
+def _rejected(tmp_path) -> list[dict]:
+    return [
+        json.loads(line)
+        for path in sorted((tmp_path / "ledger-rejected").glob("*.jsonl"))
+        for line in path.read_text().splitlines()
+    ]
+
+
+async def _alerts() -> list[AlertEvent]:
+    for _ in range(100):  # raised by a background task: poll, don't sleep a fixed time
+        events = await sync_to_async(list)(AlertEvent.objects.filter(kind="ledger_rejected"))
+        if events:
+            return events
+        await asyncio.sleep(0.05)
+    return []
+
+
+@pytest.mark.parametrize(("bad", "error"), REFUSED)
+async def test_a_refused_row_is_set_aside_and_the_other_49_are_written(
+    writer, handed, tmp_path, caplog, bad, error
+):
+    rows = [_row() for _ in range(50)]
+    rows[17].update(bad)
+    bad_id = rows[17]["request_id"]
+    for row in rows:
+        writer.add(row)
+    assert await writer.flush() is True
+    assert await _count() == 49 and len(writer) == 0
+    [kept] = _rejected(tmp_path)
+    assert kept["request_id"] == bad_id and all(kept[k] == v for k, v in bad.items())
+    [path] = (tmp_path / "ledger-rejected").glob("*.jsonl")
+    [line] = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert bad_id in line and error in line and str(path) in line
+    [event] = await _alerts()
+    assert event.severity == "critical" and event.data["path"] == str(path)
+    assert event.data["count"] == 1 and error in event.data["error"]
+    assert handed == [("deliver_alert", event.pk)]
+
+
+async def test_a_later_batch_is_not_held_up_by_a_refused_row(writer, handed, tmp_path):
+    writer.add(_row(latency_ms=-1))
+    writer.add(_row())
+    assert await writer.flush() is True
+    for _ in range(3):
+        writer.add(_row())
+    assert await writer.flush() is True
+    assert await _count() == 4 and len(writer) == 0
+    assert len(_rejected(tmp_path)) == 1
+
+
+async def test_an_unreachable_database_keeps_the_rows_and_sets_nothing_aside(
+    writer, handed, monkeypatch, tmp_path
+):
+    def unreachable(rows):
+        raise OperationalError("could not connect to server")
+
+    monkeypatch.setattr(ledger_module, "write_records", unreachable)
+    for _ in range(49):
+        writer.add(_row())
+    writer.add(_row(latency_ms=-1))
+    assert await writer.flush() is False
+    assert len(writer) == 50 and not (tmp_path / "ledger-rejected").exists()
+    monkeypatch.undo()
+    assert await writer.flush() is True  # the database is back: the same rule as ever
+    assert await _count() == 49 and len(_rejected(tmp_path)) == 1
+
+
+@pytest.mark.services
+async def test_a_read_only_database_keeps_the_rows(writer, handed, tmp_path):
+    """A standby after a database failover refuses every write: that's the database, not the
+    rows, and they wait for a writable one."""
+    import psycopg
+
+    dsn = {k: v for k, v in connection.get_connection_params().items() if k != "context"}
+    admin = await sync_to_async(psycopg.connect)(**dsn, autocommit=True)
+    alter = f"ALTER DATABASE {connection.ops.quote_name(dsn['dbname'])}"
+    try:
+        await sync_to_async(admin.execute)(alter + " SET default_transaction_read_only = on")
+        for _ in range(3):
+            writer.add(_row())
+        assert await writer.flush() is False
+        assert len(writer) == 3 and not (tmp_path / "ledger-rejected").exists()
+    finally:
+        await sync_to_async(admin.execute)(alter + " RESET default_transaction_read_only")
+        await sync_to_async(admin.close)()
+    assert await writer.flush() is True and await _count() == 3
+
+
+async def test_a_spilled_file_with_a_refused_row_is_written_and_the_row_set_aside(
+    writer, handed, monkeypatch, tmp_path
+):
+    def unreachable(rows):
+        raise OperationalError("could not connect to server")
+
+    monkeypatch.setattr(ledger_module, "write_records", unreachable)
+    rows = [_row() for _ in range(5)]
+    rows[2]["latency_ms"] = -1
+    for row in rows:
+        writer.add(row)
+    await writer.aclose()  # shutdown during the outage: to disk
+    [spilled] = (tmp_path / "ledger-spill").glob("*.jsonl")
+    with spilled.open("a") as out:
+        out.write('{"request_id": "cut short by a crash\n')
+    monkeypatch.undo()
+    await LedgerWriter().replay_spilled()  # the next start
+    assert await _count() == 4 and not spilled.exists()
+    [rejected] = (tmp_path / "ledger-rejected").glob("*.jsonl")
+    lines = rejected.read_text().splitlines()
+    assert lines[0] == '{"request_id": "cut short by a crash'  # kept as it was
+    assert json.loads(lines[1])["request_id"] == rows[2]["request_id"]
+    [event] = await _alerts()
+    assert event.data["count"] == 2 and event.data["path"] == str(rejected)
+
+
+async def test_a_spilled_file_waits_while_the_database_is_unreachable(
+    handed, monkeypatch, tmp_path
+):
+    spilled = tmp_path / "ledger-spill" / "1-1.jsonl"
+    spilled.parent.mkdir()
+    spilled.write_text(json.dumps(_row(), default=str) + "\n")
+
+    def unreachable(rows):
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(ledger_module, "write_records", unreachable)
+    await LedgerWriter().replay_spilled()
+    assert spilled.exists() and not (tmp_path / "ledger-rejected").exists()
+
+
+async def test_an_alert_that_cannot_be_raised_never_breaks_the_ledger(
+    writer, handed, monkeypatch, tmp_path
+):
+    def broken(*args):
+        raise RuntimeError("alerts are down")
+
+    monkeypatch.setattr(ledger_module, "ledger_rows_rejected", broken)
+    writer.add(_row(latency_ms=-1))
+    writer.add(_row())
+    assert await writer.flush() is True
+    await writer.aclose()
+    assert await _count() == 1 and len(_rejected(tmp_path)) == 1

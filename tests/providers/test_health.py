@@ -5,6 +5,7 @@ status page's health. The window's rule itself runs on both stores in test_state
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
@@ -17,10 +18,18 @@ from providers.adapters.base import ProviderAdapter
 from providers.adapters.errors import ErrorClass
 from providers.adapters.messages import HealthLevel
 from providers.adapters.pool import make_client
-from providers.control.dashboard import DEGRADED, DOWN, HEALTHY, control_status, health_of
+from providers.control.dashboard import control_status, health_of
 from providers.engine.breaker import BreakerState, Mode, State
 from providers.engine.config import ProviderConfig
-from providers.engine.health import Health, HealthState, health_skip, next_health
+from providers.engine.health import (
+    DEGRADED,
+    DOWN,
+    HEALTHY,
+    Health,
+    HealthState,
+    health_skip,
+    next_health,
+)
 from providers.fake_provider import FakeProvider
 from providers.sentinel.checks import sentinel_run, sentinel_tick
 from providers.state.contract import WindowSummary
@@ -282,6 +291,35 @@ async def test_a_stopped_primary_goes_degraded_then_down_then_back_only_on_a_cle
     clock.advance(30)
     back = (await sentinel_run(gateway))[0]
     assert back.state.status == Health.HEALTHY and back.changed
+
+
+def sentinel_lines(caplog) -> list[tuple[str, str]]:
+    return [
+        (r.levelname, r.getMessage())
+        for r in caplog.records
+        if r.name == "providers.sentinel.checks"
+    ]
+
+
+@with_db
+async def test_a_first_failed_check_is_logged_as_a_failure_though_the_status_stays_healthy(
+    gateway, clock, primary, secondary, caplog
+):
+    caplog.set_level(logging.INFO, logger="providers.sentinel.checks")
+    primary.stop()
+    await sentinel_run(gateway)
+    [(level, failed), first_good] = sentinel_lines(caplog)
+    assert level == "WARNING"
+    assert failed.startswith("sentinel: ollama-local check failed (/api/tags failed: refused")
+    assert failed.endswith("); status healthy, 1 of 3 bad")
+    assert first_good == ("INFO", "sentinel: openai-cloud is healthy (ok)")  # unknown → healthy
+
+    caplog.clear()
+    clock.advance(30)
+    await sentinel_run(gateway)
+    # The second failure again; the secondary's good check changed nothing: not a word.
+    [(level, failed)] = sentinel_lines(caplog)
+    assert level == "WARNING" and failed.endswith("; status healthy, 2 of 3 bad")
 
 
 # The router's health gate -------------------------------------------------------------------
