@@ -15,10 +15,14 @@ from alerts.raising import credentials_rejected, request_throttle, static_tier_a
 from failover_site.runtime.background import run_db
 from failover_site.runtime.gateway import Gateway
 from failover_site.runtime.incidents import note_events
+from providers.adapters.errors import ERROR_TABLE
 from providers.aio import spawn
 from providers.routing.cascade import RouteRequest, RouteResult
 
 logger = logging.getLogger(__name__)
+
+# The alert each failure raises, as the error table says (by the class an attempt records).
+_ALERTS = {kind.value: rule.alert for kind, rule in ERROR_TABLE.items() if rule.alert}
 
 
 def note_trouble(result: RouteResult) -> None:
@@ -33,7 +37,10 @@ def note_trouble(result: RouteResult) -> None:
     ):
         spawn(_raise(static_tier_active, result.reason))
     for attempt in result.attempts:
-        if attempt.error_class == "auth" and request_throttle.allow(f"auth:{attempt.provider}"):
+        if attempt.outcome != "error" or attempt.error_class not in _ALERTS:
+            continue
+        alert = _ALERTS[attempt.error_class]
+        if alert == "credentials" and request_throttle.allow(f"auth:{attempt.provider}"):
             spawn(_raise(credentials_rejected, attempt.provider, attempt.detail))
 
 

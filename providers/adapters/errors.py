@@ -32,6 +32,7 @@ class ErrorRule:
     opens_breaker: bool = False  # opens the breaker at once
     cool_down: bool = False  # provider skipped for Retry-After (or the base cooldown)
     larger_context_only: bool = False  # go on only to providers with a larger context window
+    alert: str = ""  # the alert an attempt that failed so raises (read by the runtime's outcomes)
 
 
 ERROR_TABLE: dict[ErrorClass, ErrorRule] = {
@@ -40,9 +41,9 @@ ERROR_TABLE: dict[ErrorClass, ErrorRule] = {
     ErrorClass.SERVER_ERROR: ErrorRule(try_next=True, breaker_failure=True),
     ErrorClass.MALFORMED: ErrorRule(try_next=True, breaker_failure=True),
     ErrorClass.RATE_LIMITED: ErrorRule(try_next=True, breaker_failure=False, cool_down=True),
-    # The "credentials rejected" alert is raised from the ledger's view of the request
-    # (failover_site.runtime.outcomes), which sees every attempt's class.
-    ErrorClass.AUTH: ErrorRule(try_next=True, breaker_failure=True, opens_breaker=True),
+    ErrorClass.AUTH: ErrorRule(
+        try_next=True, breaker_failure=True, opens_breaker=True, alert="credentials"
+    ),
     ErrorClass.CONTEXT_TOO_LONG: ErrorRule(
         try_next=True, breaker_failure=False, larger_context_only=True
     ),
