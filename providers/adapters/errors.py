@@ -1,7 +1,8 @@
 """The error table: every way an upstream call can fail, and what the router does about it.
 
-One table, the router's single source of truth (DESIGN.md, "Error table"). Adapters classify an
-upstream failure into an `ErrorClass`; the router looks the class up here and nowhere else.
+One table, the router's single source of truth (docs/architecture.md, "The error table").
+Adapters classify an upstream failure into an `ErrorClass`; the router looks the class up here
+and nowhere else.
 """
 
 from __future__ import annotations

@@ -81,7 +81,7 @@ class PolicyConfig:
     first_token_timeout_s: float = 10.0
     strategy: str = "priority"  # priority / hedged / weighted
     hedge_after_ms: int = 2000
-    # The health sentinel (DESIGN.md, "Breaker") and the warm keepalive.
+    # The health sentinel (docs/architecture.md, "The breaker") and the warm keepalive.
     sentinel_interval_s: int = 30
     sentinel_window: int = 5
     sentinel_degraded_after: int = 3

@@ -111,7 +111,7 @@ class FailoverPolicy(models.Model):
         blank=True, help_text="Why the switch is set; required whenever it is not off."
     )
 
-    # Breaker (DESIGN.md: "Breaker")
+    # Breaker (docs/architecture.md: "The breaker")
     consecutive_failures = models.PositiveSmallIntegerField(
         default=3, validators=at_least(1, "Consecutive failures")
     )

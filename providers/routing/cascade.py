@@ -3,7 +3,7 @@
 Kill switch → the answer cache when the policy saves cost with it → providers (by priority,
 weighted or hedged, filtered by what the request allows, the breaker and the budgets), each
 given min(its timeout, the time left) and judged by the error table → the cached answer → the
-static answer → the degradation message. DESIGN.md, "A request's walk".
+static answer → the degradation message. docs/architecture.md, "A request's walk".
 
 A streamed request is routed the same way up to its first token: a provider that fails before
 then (or doesn't start within the policy's time to first token) is passed over like any other.

@@ -1,5 +1,5 @@
 """The error table as code: Retry-After parsing, HTTP status classification, and each error
-class's row against DESIGN.md's "Error table"."""
+class's row against the error table of docs/architecture.md."""
 
 from __future__ import annotations
 
