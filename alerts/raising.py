@@ -155,14 +155,18 @@ def failover_check(incident_id: int) -> AlertEvent | None:
     data = {"incident_id": incident.pk, "provider": incident.provider, "reason": incident.reason}
     if incident.ended_at is not None:
         # Back before the flap window (counted from the incident's start) was out: a switch
-        # that came back, whatever the breaker's own minimum open time made it last.
+        # that came back, whatever the breaker's own minimum open time made it last. Unless an
+        # operator's reset or a restart ended it: that says nothing of the provider.
+        ended_by = incident.closed_reason or "flap"
+        how = {"flap": "was back", "operator": "was reset by an operator", "restart":
+               "was closed at a restart"}.get(ended_by, "was closed")  # fmt: skip
         return alert_suppress(
             kind="failover",
             severity="warning",
             key=key,
             title=title,
-            message=f"{incident.provider} was back after {incident.duration_s:.0f} s.",
-            reason="flap",
+            message=f"{incident.provider} {how} after {incident.duration_s:.0f} s.",
+            reason=ended_by,
             data=data,
         )
     serving = _serving_since(incident)

@@ -13,6 +13,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='incident',
             name='closed_reason',
-            field=models.CharField(blank=True, choices=[('restart', 'Closed at a restart')], help_text='Why it was closed, when not by its breaker closing.', max_length=16),
+            field=models.CharField(blank=True, choices=[('restart', 'Closed at a restart'), ('operator', 'Closed by an operator')], help_text='Why it was closed, when not by its breaker closing.', max_length=16),
         ),
     ]

@@ -54,6 +54,8 @@ class IncidentClosedReason(models.TextChoices):
     # Left open by a process that stopped, with no breaker anywhere still open to end it: we
     # don't know it recovered, only that nothing follows it any more.
     RESTART = "restart", "Closed at a restart"
+    # An operator reset the breaker (or forced it): the outage ends by their word, not a probe's.
+    OPERATOR = "operator", "Closed by an operator"
 
 
 class Incident(models.Model):

@@ -11,7 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from providers.engine.breaker import Mode
-from providers.models import ChangeAction, Incident, KillSwitch, Provider
+from providers.models import ChangeAction, Incident, IncidentClosedReason, KillSwitch, Provider
 from providers.selectors import policy_get
 from providers.services.audit import Actor, config_change_record, instance_snapshot
 from providers.state.contract import StateStore
@@ -92,5 +92,5 @@ def breaker_set_mode(
         # The breaker was reset without an event of its own: an incident it had open ends here
         # (left open, it would swallow the next real outage as a re-opening of this one).
         Incident.objects.filter(provider=name, ended_at__isnull=True).update(
-            ended_at=timezone.now()
+            ended_at=timezone.now(), closed_reason=IncidentClosedReason.OPERATOR
         )

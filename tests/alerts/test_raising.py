@@ -103,6 +103,16 @@ class TestIncidents:
         event = failover_check(self.incident(lasted_s=90).pk)
         assert (event.status, event.suppressed_reason) == ("suppressed", "flap")
 
+    @pytest.mark.parametrize("closed_reason", ["operator", "restart"])
+    def test_one_ended_by_an_operator_or_a_restart_is_kept_as_that_not_as_a_flap(
+        self, closed_reason
+    ):
+        incident = self.incident(lasted_s=10)
+        incident.closed_reason = closed_reason
+        incident.save(update_fields=["closed_reason"])
+        event = failover_check(incident.pk)
+        assert (event.status, event.suppressed_reason) == ("suppressed", closed_reason)
+
     def test_recovery_follows_only_an_alerted_failover_with_length_and_spend(self):
         make_provider(name="ollama-local", priority=10)
         make_provider(name="openai-cloud", kind="openai", priority=20, is_local=False)

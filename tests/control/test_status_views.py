@@ -248,7 +248,8 @@ class TestProviderActions:
     def test_a_reset_ends_the_incident_its_breaker_had_open(self, operator_client, local):
         incidents_record([BreakerEvent(EventKind.OPENED, "ollama-local", 1_000.0, "timeout")])
         operator_client.post(f"/admin/control/providers/{local.pk}/reset/")
-        assert Incident.objects.get().ended_at is not None
+        ended = Incident.objects.get()
+        assert ended.ended_at is not None and ended.closed_reason == "operator"
         # The next outage is an incident of its own, not a re-opening of the old one.
         opened, _ = incidents_record(
             [BreakerEvent(EventKind.OPENED, "ollama-local", 2_000.0, "timeout")]
