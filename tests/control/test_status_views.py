@@ -250,6 +250,8 @@ class TestProviderActions:
         operator_client.post(f"/admin/control/providers/{local.pk}/reset/")
         ended = Incident.objects.get()
         assert ended.ended_at is not None and ended.closed_reason == "operator"
+        page = operator_client.get("/admin/control/status/")
+        assert b"closed by an operator" in page.content
         # The next outage is an incident of its own, not a re-opening of the old one.
         opened, _ = incidents_record(
             [BreakerEvent(EventKind.OPENED, "ollama-local", 2_000.0, "timeout")]
