@@ -2,30 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from typing import Any
 
+from providers.api.json_body import ApiError, json_object
 from providers.models import TASK_NAME
 
 MAX_PROMPT_CHARS = 32_000
 MAX_SYSTEM_PROMPT_CHARS = 16_000
 MAX_TOKENS_LIMIT = 32_768
-
-
-@dataclass(frozen=True, slots=True)
-class ApiError:
-    status: int
-    code: str
-    message: str
-    field: str | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"code": self.code, "message": self.message}
-        if self.field is not None:
-            body["field"] = self.field
-        return body
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,18 +45,6 @@ def _invalid(field: str, message: str) -> ApiError:
     return ApiError(400, "invalid_field", message, field)
 
 
-def _json_object(raw: bytes) -> dict[str, Any] | ApiError:
-    try:
-        body = json.loads(raw)
-    except UnicodeDecodeError:
-        return ApiError(400, "invalid_json", "The body is not UTF-8 text.")
-    except ValueError as exc:
-        return ApiError(400, "invalid_json", f"The body is not valid JSON: {exc}.")
-    if not isinstance(body, dict):
-        return ApiError(400, "invalid_json", "The body must be a JSON object.")
-    return body
-
-
 def _max_tokens(body: dict[str, Any], name: str) -> int | None | ApiError:
     value = body.get(name)
     if value is None:
@@ -94,7 +68,7 @@ def _number(body: dict[str, Any], name: str, low: float, high: float) -> float |
 
 
 def parse_complete(raw: bytes) -> CompleteBody | ApiError:
-    body = _json_object(raw)
+    body = json_object(raw)
     if isinstance(body, ApiError):
         return body
     unknown = sorted(set(body) - FIELDS)
@@ -306,7 +280,7 @@ def _conversation(messages: Any) -> tuple[str, str, tuple[tuple[str, str], ...]]
 
 def parse_chat(raw: bytes) -> ChatBody | ApiError:
     """A Chat Completions request, validated with OpenAI's own rules where it has them."""
-    body = _json_object(raw)
+    body = json_object(raw)
     if isinstance(body, ApiError):
         return body
     for name in sorted(body):

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.providers.conftest import ask
+from tests.providers.conftest import ask, ledger_rows
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -230,3 +230,42 @@ async def test_an_oversize_body_without_a_length_is_cut_off_as_it_arrives(api, g
 async def test_status_refuses_an_unknown_host(api, gateway):
     response = await api.get("/api/v1/status", headers={"host": "evil.example"})
     assert response.status_code == 400
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "field", "fragment"),
+    [
+        (b'{"prompt": ' + b"[" * 20_000 + b"]" * 20_000 + b"}", "invalid_json", None, "nested"),
+        (
+            b'{"prompt": "Hi", "task": ' + b'{"a": ' * 40 + b"1" + b"}" * 40 + b"}",
+            "invalid_json",
+            None,
+            "nested",
+        ),  # fmt: skip
+        (b'{"prompt": "Hi \\ud800", "cache": false}', "invalid_field", "prompt", "surrogate"),
+        (b'{"prompt": "Hi", "user": "\\udfff"}', "invalid_field", "user", "surrogate"),
+        (b'{"prompt": "Hi", "\\ud800": 1}', "invalid_field", "\ud800", "surrogate"),
+    ],
+    ids=["deep-array", "deep-object", "surrogate-prompt", "surrogate-user", "surrogate-key"],
+)
+async def test_a_body_no_provider_could_take_is_a_400_with_no_call_and_no_record(
+    api, gateway, primary, body, code, field, fragment
+):
+    response = await api.post(
+        "/api/v1/complete", content=body, headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert (error["code"], error.get("field")) == (code, field)
+    assert fragment in error["message"]
+    assert primary.calls == 0
+    await gateway.ledger.flush()
+    assert await ledger_rows(gateway) == []
+
+
+async def test_an_escaped_pair_of_surrogates_is_text_like_any_other(api, gateway, primary):
+    body = b'{"prompt": "Say hello \\ud83d\\ude00"}'
+    response = await api.post(
+        "/api/v1/complete", content=body, headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 200 and response.json()["tier"] == "primary"

@@ -294,6 +294,10 @@ def _chat(**fields: Any) -> dict[str, Any]:
             "invalid_field",
             "Tool messages",
         ),
+        (b'{"model": "auto", "messages": ' + b"[" * 20_000 + b"]" * 20_000 + b"}", None,
+         "invalid_json", "nested more than"),  # fmt: skip
+        (b'{"model": "auto", "messages": [{"role": "user", "content": "Hi \\ud800"}]}',
+         "messages[0].content", "invalid_field", "lone surrogate"),  # fmt: skip
     ],
     ids=[
         "invalid-json",
@@ -308,6 +312,8 @@ def _chat(**fields: Any) -> dict[str, Any]:
         "stream-options-without-stream",
         "json-response-format",
         "tool-message",
+        "nested-brackets",
+        "lone-surrogate",
     ],
 )
 async def test_each_mistake_is_a_400_in_openais_error_shape(
