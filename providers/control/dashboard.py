@@ -126,27 +126,6 @@ def serving_now(policy: FailoverPolicy, rows: list[ProviderStatus]) -> Serving:
     return Serving("static", "", f"no provider can take calls — {why}")
 
 
-async def _shared_state(
-    gateway: Gateway, providers: list[Provider], budgets: list[Budget], policy: FailoverPolicy
-) -> tuple[list[tuple[BreakerState, WindowSummary, dict[str, float]]], dict[str, float]]:
-    windows = Windows(
-        bucket_width(policy.failure_window_s, policy.p95_window_s),
-        policy.failure_window_s,
-        policy.p95_window_s,
-    )
-    now = gateway.clock.wall()
-    keys = [spend_key(b.pk, b.period, now)[0] for b in budgets]
-    # Every provider and every budget in one round trip, as `GET /api/v1/status` reads them.
-    read = await gateway.store.status_read(
-        [provider.name for provider in providers], windows=windows, now=now, spend_keys=keys
-    )
-    rows = [
-        (read.breakers[provider.name], read.summaries[provider.name], read.spent)
-        for provider in providers
-    ]
-    return rows, read.spent
-
-
 def _budget_use(budget: Budget, spent: float) -> BudgetUse:
     cap = float(budget.cap)
     label = {"all": "all traffic", "provider": "provider", "client": f"client {budget.client}"}[
@@ -167,11 +146,24 @@ def control_status(gateway: Gateway | None = None) -> ControlStatus:
     policy = policy_get()
     providers = list(Provider.objects.order_by("priority", "name"))
     budgets = list(Budget.objects.filter(enabled=True).select_related("provider"))
-    shared, spent = async_to_sync(_shared_state)(gateway, providers, budgets, policy)
     now = gateway.clock.wall()
     keys = {b.pk: spend_key(b.pk, b.period, now)[0] for b in budgets}
+    windows = Windows(
+        bucket_width(policy.failure_window_s, policy.p95_window_s),
+        policy.failure_window_s,
+        policy.p95_window_s,
+    )
+    # Every provider and every budget in one round trip, as `GET /api/v1/status` reads them.
+    read = async_to_sync(gateway.store.status_read)(
+        [provider.name for provider in providers],
+        windows=windows,
+        now=now,
+        spend_keys=keys.values(),
+    )
+    spent = read.spent
     rows = []
-    for provider, (state, summary, _) in zip(providers, shared, strict=True):
+    for provider in providers:
+        state, summary = read.breakers[provider.name], read.summaries[provider.name]
         own = [b for b in budgets if b.scope == "provider" and b.provider_id == provider.pk]
         rows.append(
             ProviderStatus(

@@ -22,7 +22,6 @@ from providers.state.contract import (
     StateStore,
     StatusRead,
     Windows,
-    WindowSummary,
     summarize,
 )
 
@@ -231,9 +230,6 @@ class MemoryStore(StateStore):
         self._buckets.pop(name, None)  # the statistics start afresh with the reset breaker
         return reset
 
-    async def summary(self, name: str, windows: Windows, now: float) -> WindowSummary:
-        return summarize(self._buckets.get(name, {}).items(), windows, now)
-
     async def status_read(
         self,
         names: Sequence[str],
@@ -243,7 +239,9 @@ class MemoryStore(StateStore):
         spend_keys: Iterable[str] = (),
     ) -> StatusRead:
         breakers = {name: (await self.read(name))[0] for name in names}
-        summaries = {name: await self.summary(name, windows, now) for name in names}
+        summaries = {
+            name: summarize(self._buckets.get(name, {}).items(), windows, now) for name in names
+        }
         spent = {key: self._spend.get(key, 0.0) for key in spend_keys}
         return StatusRead(breakers, summaries, spent)
 

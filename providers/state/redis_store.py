@@ -182,9 +182,6 @@ class RedisStore(StateStore):
         version = await self._client()[4](keys=[scripts.breaker_key(name)], args=[mode.value])
         return BreakerState(mode=mode, version=int(version))
 
-    async def summary(self, name: str, windows: Windows, now: float) -> WindowSummary:
-        return (await self.status_read([name], windows=windows, now=now)).summaries[name]
-
     async def status_read(
         self,
         names: Sequence[str],

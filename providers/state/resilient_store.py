@@ -21,7 +21,6 @@ from providers.state.contract import (
     StateStore,
     StatusRead,
     Windows,
-    WindowSummary,
 )
 from providers.state.memory_store import MemoryStore
 from providers.state.redis_store import RedisStore
@@ -139,10 +138,6 @@ class ResilientStore(StateStore):
 
     async def set_mode(self, name: str, mode: Mode) -> BreakerState:
         result: BreakerState = await self._call("set_mode", name, mode)
-        return result
-
-    async def summary(self, name: str, windows: Windows, now: float) -> WindowSummary:
-        result: WindowSummary = await self._call("summary", name, windows, now)
         return result
 
     async def status_read(
