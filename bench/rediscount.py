@@ -24,6 +24,7 @@ from collections import Counter
 from typing import Any
 from urllib.parse import urlsplit
 
+from procs import BENCH_KEY
 from redisbench import REDIS_DB, Counters, Event, MonitorTap, RedisServer
 
 SHARED_CAVEAT = (
@@ -50,7 +51,10 @@ class KeepAlive:
                 self.conn = http.client.HTTPConnection(self.host, self.port, timeout=10)
             try:
                 self.conn.request(
-                    "POST", self.path, self.body, {"Content-Type": "application/json"}
+                    "POST",
+                    self.path,
+                    self.body,
+                    {"Content-Type": "application/json", "Authorization": f"Bearer {BENCH_KEY}"},
                 )
                 response = self.conn.getresponse()
                 response.read()

@@ -16,6 +16,7 @@ from typing import Any
 from compare import BASELINE_LABEL
 from procs import (
     BENCH_DIR,
+    BENCH_KEY,
     LOAD_CPU,
     ROOT,
     SERVER_CPU,
@@ -210,7 +211,7 @@ class Bench:
         if variant.ready:
             return
         self.ensure_upstream()
-        env = {**variant.env, "BENCH_UPSTREAM": self.upstream_url}
+        env = {**variant.env, "BENCH_UPSTREAM": self.upstream_url, "BENCH_KEY": BENCH_KEY}
         create = (
             "import os; from providers.models import Provider; "
             f"Provider.objects.update_or_create(name={PROVIDER_NAME!r}, defaults=dict("
@@ -219,10 +220,27 @@ class Bench:
             "print('providers:', list(Provider.objects.filter(enabled=True)"
             ".values_list('name', 'base_url', 'priority')))"
         )
+        # The bench's client app, limited far above any load here so the rate limit's
+        # bookkeeping is on the measured path as in production. A tree without client keys
+        # has nothing to make.
+        client = (
+            "import os\n"
+            "try:\n"
+            "    from providers.engine.clients import key_digest\n"
+            "    from providers.models import ClientApp\n"
+            "except ImportError:\n"
+            "    ClientApp = None\n"
+            "if ClientApp is not None:\n"
+            "    key = os.environ['BENCH_KEY']\n"
+            "    ClientApp.objects.update_or_create(name='bench', defaults=dict(\n"
+            "        key_prefix=key[:12], key_digest=key_digest(key),\n"
+            "        requests_per_minute=100_000_000, tokens_per_minute=0))\n"
+        )
         for name, argv in (
             ("migrate", [self.python, "manage.py", "migrate", "--noinput"]),
             ("bootstrap", [self.python, "manage.py", "bootstrap"]),
             ("provider", [self.python, "manage.py", "shell", "-c", create]),
+            ("client app", [self.python, "manage.py", "shell", "-c", client]),
         ):
             done = self.procs.run(
                 f"{name}{variant.label}", argv, env, None, SETUP_TIMEOUT_S, cwd=variant.root

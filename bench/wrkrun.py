@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from procs import BENCH_DIR, LOAD_CPU, BenchError, Processes
+from procs import BENCH_DIR, BENCH_KEY, LOAD_CPU, BenchError, Processes
 
 LUA_SCRIPT = BENCH_DIR / "post.lua"
 WARMUP_S = 2
@@ -96,7 +96,7 @@ class Wrk:
 
     def _once(self, url: str, body: str, connections: int, seconds: float) -> dict[str, Any]:
         argv = wrk_argv(url, connections, seconds)
-        env = {**os.environ, "BENCH_BODY": body}
+        env = {**os.environ, "BENCH_BODY": body, "BENCH_KEY": BENCH_KEY}
         done = self.procs.run("wrk", argv, env, LOAD_CPU, timeout=seconds + 30)
         if done.returncode != 0:
             raise BenchError(f"wrk failed ({done.returncode}): {done.stderr or done.stdout}")

@@ -41,7 +41,9 @@ class Budget(models.Model):
         help_text="Only for a provider's budget.",
     )
     client = models.CharField(
-        max_length=100, blank=True, help_text="Only for a client's budget: the client's id."
+        max_length=100,
+        blank=True,
+        help_text="Only for a client's budget: the client app's name (as the ledger names it).",
     )
     period = models.CharField(max_length=8, choices=BudgetPeriod.choices, default=BudgetPeriod.DAY)
     cap = models.DecimalField(
@@ -108,7 +110,7 @@ class Budget(models.Model):
         if self.scope != BudgetScope.PROVIDER and self.provider_id is not None:
             errors["provider"] = "Only a provider's budget names a provider."
         if self.scope == BudgetScope.CLIENT and not self.client.strip():
-            errors["client"] = "A client's budget needs the client's id."
+            errors["client"] = "A client's budget needs the client app's name."
         if self.scope != BudgetScope.CLIENT and self.client:
             errors["client"] = "Only a client's budget names a client."
         levels = (self.warn_pct, self.high_priority_only_pct, self.hard_stop_pct)

@@ -13,12 +13,16 @@ from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, URLResolver
 
+from failover_site.admin_login import ThrottledAdminAuthenticationForm
+
 
 class FailoverAdminSite(admin.AdminSite):
     site_header = "AI failover gateway"
     site_title = "AI failover gateway"
     index_title = "Control room"
     index_template = "control/index.html"
+    # Repeated failed log-ins are refused for a while (failover_site/admin_login.py).
+    login_form = ThrottledAdminAuthenticationForm
 
     def get_urls(self) -> list[URLResolver | URLPattern]:
         # The admin site is made while Django fills its app registry (the admin app's
@@ -29,9 +33,9 @@ class FailoverAdminSite(admin.AdminSite):
         return control_urls(self) + super().get_urls()
 
     def index(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
-        from providers.control.status_views import status_context  # as get_urls: models
+        from providers.control.status_views import front_page_context  # as get_urls: models
 
-        context = {**status_context(request), **(extra_context or {})}
+        context = {**front_page_context(request), **(extra_context or {})}
         response = super().index(request, context)
         assert isinstance(response, TemplateResponse)
         return response

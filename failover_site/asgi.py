@@ -66,6 +66,16 @@ async def _reconcile_incidents() -> None:
         logger.exception("the incidents left open could not be settled at start-up")
 
 
+async def _first_snapshot() -> None:
+    """The configuration read before the first request: a CORS preflight (which can't wait for
+    the database) then already knows the client apps' origins. A failure is logged; the first
+    request tries again."""
+    try:
+        await get_gateway().snapshots.current()
+    except Exception:
+        logger.exception("the configuration could not be read at start-up")
+
+
 async def _lifespan(receive: Any, send: Any) -> None:
     scheduler = InProcessScheduler(get_gateway(), serving_process_jobs())
     while True:
@@ -76,6 +86,7 @@ async def _lifespan(receive: Any, send: Any) -> None:
             # every few thousand requests and stall them all for tens of milliseconds.
             gc.freeze()
             await _reconcile_incidents()
+            await _first_snapshot()
             # The background jobs this process runs itself: all of them in the embedded mode,
             # only the watch on the workers' sentinel with Celery.
             scheduler.start()

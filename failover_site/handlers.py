@@ -1,26 +1,33 @@
 """The two Django ASGI handlers a serving process runs.
 
 `CappedASGIHandler` (the admin, the probes) is Django's own, with the request body capped as it
-arrives: Django's reader spools a body of any size to disk before a view can refuse it.
-`ApiHandler` (the frontends' endpoints) keeps every request on the event loop.
+arrives (Django's reader spools a body of any size to disk before a view can refuse it) and
+bound to arrive within `REQUEST_BODY_TIMEOUT_S`. `ApiHandler` (the frontends' endpoints) keeps
+every request on the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import io
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 from django.conf import settings
 from django.core.exceptions import RequestAborted
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.core.handlers.exception import convert_exception_to_response
-from django.http import HttpResponse, HttpResponseBase
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.urls import set_script_prefix
 
+from failover_site.api_middleware import Handler, api_middleware_load
+from failover_site.body_deadline import BodyTimedOut, within_deadline
 from providers.api.common import MAX_BODY_BYTES, error_response
 from providers.api.openai_chat import openai_error
 from providers.api.validation import ApiError
+
+# JSON needs no source of anything, and no page may frame it.
+API_CONTENT_SECURITY_POLICY = "default-src 'none'; frame-ancestors 'none'"
 
 
 class BodyTooLarge(Exception):
@@ -35,7 +42,9 @@ def declared_length(scope: dict[str, Any]) -> int:
 
 
 class CappedASGIHandler(ASGIHandler):
-    """Django's handler, refusing a body past `body_limit()` with a 413 as soon as it shows."""
+    """Django's handler, refusing a body past `body_limit()` with a 413 as soon as it shows, and
+    one still arriving `REQUEST_BODY_TIMEOUT_S` after the headers with a 408. Either way the
+    rest of the body is never read, so the connection is closed after the answer."""
 
     def body_limit(self) -> int:
         return int(settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
@@ -47,7 +56,20 @@ class CappedASGIHandler(ASGIHandler):
             content_type="text/plain; charset=utf-8",
         )
 
+    def too_slow(self, scope: dict[str, Any]) -> HttpResponseBase:
+        return HttpResponse(
+            f"The request body must arrive within {settings.REQUEST_BODY_TIMEOUT_S:g} s.\n",
+            status=408,
+            content_type="text/plain; charset=utf-8",
+        )
+
     async def read_body(self, receive: Any) -> Any:
+        # One deadline for the whole body, not per chunk: a byte a second never ends otherwise.
+        return await within_deadline(
+            self._read_capped(receive), timeout_s=settings.REQUEST_BODY_TIMEOUT_S
+        )
+
+    async def _read_capped(self, receive: Any) -> io.BytesIO:
         limit = self.body_limit()
         body = io.BytesIO()
         while True:
@@ -68,7 +90,14 @@ class CappedASGIHandler(ASGIHandler):
                 raise BodyTooLarge
             await self.handle_capped(scope, receive, send)
         except BodyTooLarge:
-            await self.send_response(self.too_large(scope), send)
+            await self.send_refusal(self.too_large(scope), send)
+        except BodyTimedOut:
+            await self.send_refusal(self.too_slow(scope), send)
+
+    async def send_refusal(self, response: HttpResponseBase, send: Any) -> None:
+        # What is left of the body would be read as the next request: close instead.
+        response["Connection"] = "close"
+        await self.send_response(response, send)
 
     async def handle_capped(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         await super().handle(scope, receive, send)
@@ -77,14 +106,14 @@ class CappedASGIHandler(ASGIHandler):
 class ApiHandler(CappedASGIHandler):
     """Django's ASGI handler for the frontends' endpoints, cut to what they need.
 
-    No middleware. And none of the per-request machinery that exists for sync code: Django's
-    `handle()` gives every request a thread-sensitive context (a fresh OS thread), sends
-    `request_started`/`request_finished` through it (to reset queries and close DB connections)
-    and closes the response there too, a dozen thread hops a request. The API's views run no
-    ORM code on the event loop (what they need runs through
-    `failover_site.runtime.background.run_db`, which releases its own connection), so here a
-    request is: read the body, build the request, run the URL resolver and the view, send the
-    response. Measured in `bench/`.
+    Only the middleware of `API_MIDDLEWARE` (the security headers), run on the event loop
+    (`failover_site/api_middleware.py`), and none of the per-request machinery that exists for
+    sync code: Django's `handle()` sends `request_started`/`request_finished` through a thread
+    (to reset queries and close DB connections) and closes the response there too, a dozen
+    thread hops a request. The API's views run no ORM code on the event loop (what they need
+    runs through `failover_site.runtime.background.run_db`, which releases its own
+    connection), so here a request is: read the body, build the request, run the middleware,
+    the URL resolver and the view, send the response. Measured in `bench/`.
     """
 
     def body_limit(self) -> int:
@@ -92,19 +121,32 @@ class ApiHandler(CappedASGIHandler):
 
     def too_large(self, scope: dict[str, Any]) -> HttpResponseBase:
         limit = self.body_limit()
-        render = openai_error if scope["path"].startswith("/v1/") else error_response
-        return render(ApiError(413, "body_too_large", f"The body may be at most {limit} bytes."))
+        error = ApiError(413, "body_too_large", f"The body may be at most {limit} bytes.")
+        return _render_for(scope["path"])(error)
+
+    def too_slow(self, scope: dict[str, Any]) -> HttpResponseBase:
+        timeout = settings.REQUEST_BODY_TIMEOUT_S
+        error = ApiError(408, "body_timeout", f"The body must arrive within {timeout:g} s.")
+        return _render_for(scope["path"])(error)
+
+    async def send_refusal(self, response: HttpResponseBase, send: Any) -> None:
+        # Refused before the middleware runs: the headers it would have added.
+        response["X-Content-Type-Options"] = "nosniff"
+        response["Content-Security-Policy"] = API_CONTENT_SECURITY_POLICY
+        await super().send_refusal(response, send)
 
     def load_middleware(self, is_async: bool = False) -> None:
+        # ASGIHandler asks for the async chain, the only one the API has.
         self._view_middleware: list[Any] = []
         self._template_response_middleware: list[Any] = []
         self._exception_middleware: list[Any] = []
-        get_response = (
-            self._get_response_async  # type: ignore[attr-defined]
-            if is_async
-            else self._get_response  # type: ignore[attr-defined]
+        view = cast(
+            Handler,
+            convert_exception_to_response(self._get_response_async),  # type: ignore[attr-defined]
         )
-        self._middleware_chain = convert_exception_to_response(get_response)
+        self._middleware_chain = api_middleware_load(
+            handler=self, get_response=_api_edge(view), paths=settings.API_MIDDLEWARE
+        )
 
     async def handle_capped(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         try:
@@ -147,3 +189,27 @@ class ApiHandler(CappedASGIHandler):
 async def _disconnected(receive: Any) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
+
+
+def _render_for(path: str) -> Callable[[ApiError], JsonResponse]:
+    """The endpoint's error shape: OpenAI's on /v1/, the gateway's own on /api/."""
+    return openai_error if path.startswith("/v1/") else error_response
+
+
+def _api_edge(view: Handler) -> Handler:
+    """Innermost, so the middleware's headers (and CORS's) reach its answers too: the refusal
+    of plain HTTP when `API_REQUIRE_HTTPS` is on, and the API's Content-Security-Policy."""
+    require_https = settings.API_REQUIRE_HTTPS
+
+    async def edge(request: HttpRequest) -> HttpResponseBase:
+        if require_https and not request.is_secure():
+            message = "This API answers over HTTPS only."
+            response: HttpResponseBase = _render_for(request.path)(
+                ApiError(403, "https_required", message)
+            )
+        else:
+            response = await view(request)
+        response.headers.setdefault("Content-Security-Policy", API_CONTENT_SECURITY_POLICY)
+        return response
+
+    return edge

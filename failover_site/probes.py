@@ -1,13 +1,17 @@
 """Liveness and readiness probes for load balancers and orchestrators.
 
 `/healthz` answers as long as the process serves requests. `/readyz` also reaches the database
-and, when REDIS_URL is configured, Redis; it answers 503 with the failing check named when either
-is unreachable, so a balancer takes the process out of rotation rather than sending it traffic.
+and, when REDIS_URL is configured, Redis; it answers 503 when either is unreachable, so a
+balancer takes the process out of rotation rather than sending it traffic. Only a client at one
+of `PROBE_DETAIL_ALLOWED_IPS` is told which check failed and why: the error text describes the
+services behind the gateway.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import ipaddress
 import time
 from typing import Any
 
@@ -17,36 +21,88 @@ from django.conf import settings
 from django.db import Error as DatabaseError
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 
 from failover_site.runtime.gateway import get_gateway
+from providers.api.access import client_address
 
 # A probe that waits longer than the balancer's own timeout is worse than a clear "no".
 CHECK_TIMEOUT_S = 2.0
 
+# The answers' JSON Schemas, as /api/openapi.json documents them.
+HEALTHZ_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["status"],
+    "properties": {"status": {"const": "ok"}},
+}
+_CHECK: dict[str, Any] = {
+    "type": "object",
+    "required": ["ok"],
+    "properties": {"ok": {"type": "boolean"}, "error": {"type": "string"}},
+}
+READYZ_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "The checks and the state store only to PROBE_DETAIL_ALLOWED_IPS.",
+    "required": ["status"],
+    "properties": {
+        "status": {"enum": ["ready", "not_ready"]},
+        "checks": {
+            "type": "object",
+            "required": ["database", "redis"],
+            "properties": {"database": _CHECK, "redis": _CHECK},
+        },
+        "state_store": {"type": "object", "required": ["backend", "ok"]},
+    },
+}
 
+
+# A probe changes nothing and reads no form: any other method is a 405 naming GET, not the CSRF
+# check's 403 page.
+@csrf_exempt
 @require_GET
 async def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok"})
 
 
+@csrf_exempt
 @require_GET
 async def readyz(request: HttpRequest) -> JsonResponse:
     database, redis_check = await asyncio.gather(_check_database(), _check_redis())
+    ready = database["ok"] and redis_check["ok"]
+    status = 200 if ready else 503
+    if not _may_see_detail(client_address(request)):
+        return JsonResponse({"status": "ready" if ready else "not_ready"}, status=status)
     if not redis_check["ok"]:
         redis_check["routing"] = "on this process's local state until Redis is back"
-    checks = {"database": database, "redis": redis_check}
-    ready = all(check["ok"] for check in checks.values())
     return JsonResponse(
         {
             "status": "ready" if ready else "not_ready",
-            "checks": checks,
+            "checks": {"database": database, "redis": redis_check},
             # What the router itself last saw of the shared state (memory, or Redis and
             # whether it fell back to local state).
             "state_store": get_gateway().store.health(),
         },
-        status=200 if ready else 503,
+        status=status,
     )
+
+
+def _may_see_detail(address: str) -> bool:
+    try:
+        client = ipaddress.ip_address(address)
+    except ValueError:  # "unknown": no peer address at all
+        return False
+    if isinstance(client, ipaddress.IPv6Address) and client.ipv4_mapped:
+        client = client.ipv4_mapped  # a dual-stack socket's view of an IPv4 client
+    networks = _detail_networks(tuple(settings.PROBE_DETAIL_ALLOWED_IPS))
+    return any(client in network for network in networks)
+
+
+@functools.cache
+def _detail_networks(
+    allowed: tuple[str, ...],
+) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    return tuple(ipaddress.ip_network(entry, strict=False) for entry in allowed)
 
 
 def _query_database() -> None:

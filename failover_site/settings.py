@@ -9,11 +9,13 @@ every variable.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 from pathlib import Path
 
 import environ
+from csp.constants import NONCE, NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -57,6 +59,28 @@ else:
         )
 
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+# How many reverse proxies stand in front of the serving processes. With 0 the peer's address
+# is the client's (anonymous requests are limited per client address); with N, the address the
+# N-th proxy from here wrote into X-Forwarded-For (anything before it the client can forge).
+TRUSTED_PROXY_HOPS = env.int("TRUSTED_PROXY_HOPS", default=0)
+
+# CORS on the API (django-cors-headers, in API_MIDDLEWARE): the origins are the client apps'
+# and the anonymous widget's, from the admin (`failover_site.runtime.wiring`), not settings.
+# Keys travel as headers, never cookies, so no credentials mode.
+CORS_URLS_REGEX = r"^/(api|v1)/"
+CORS_ALLOWED_ORIGINS: list[str] = []
+CORS_ALLOW_METHODS = ["GET", "POST", "OPTIONS"]
+# "*" covers any request header (the SDKs send their own, e.g. OpenAI's x-stainless-*) except
+# Authorization, which the Fetch standard wants named.
+CORS_ALLOW_HEADERS = ["*", "authorization"]
+CORS_EXPOSE_HEADERS = [
+    "X-Request-Id",
+    "X-Failover-Tier",
+    "X-Failover-Provider",
+    "X-Failover-Cache-Age",
+    "Retry-After",
+]
+CORS_PREFLIGHT_MAX_AGE = 600
 
 INSTALLED_APPS = [
     "failover_site.apps.FailoverAdminConfig",
@@ -66,6 +90,9 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_htmx",
+    "corsheaders",
+    # The admin's Content-Security-Policy (CONTENT_SECURITY_POLICY below).
+    "csp",
     "template_partials",
     "providers",
     "billing",
@@ -75,6 +102,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -145,6 +173,38 @@ PROVIDER_HTTP_CLIENT = env.str("PROVIDER_HTTP_CLIENT", default="aiohttp")
 if PROVIDER_HTTP_CLIENT not in ("httpx", "aiohttp"):
     raise ImproperlyConfigured("PROVIDER_HTTP_CLIENT must be httpx or aiohttp.")
 
+# The outbound URL policy (providers/engine/outbound.py): which internal addresses a provider's
+# base URL or an alert channel's URL may reach besides the public internet. Link-local and cloud
+# metadata addresses are never allowed. "loopback" (127.0.0.0/8, ::1: a self-hosted Ollama on
+# this machine) and "private" (RFC 1918, CGNAT, fc00::/7: one on the internal network) open
+# the rest. Embedded (DEBUG) allows loopback, for the demo's local Ollama; production allows
+# neither unless this says so. Empty means the public internet only.
+OUTBOUND_ALLOW = [
+    name.strip().lower()
+    for name in env.list("OUTBOUND_ALLOW", default=["loopback"] if DEBUG else [])
+    if name.strip()
+]
+if not set(OUTBOUND_ALLOW) <= {"loopback", "private"}:
+    raise ImproperlyConfigured(
+        "OUTBOUND_ALLOW is a comma-separated list of loopback and private (or empty)."
+    )
+
+# Secret variables: the environment variables a provider's API key variable or an alert
+# channel's config may name. A name must start with one of the prefixes or be listed; the
+# platform's own settings (Django's, and every variable this file reads) never qualify, whatever
+# these say. The default names are the ones the demo and the docs use.
+SECRET_ENV_PREFIXES = env.list("SECRET_ENV_PREFIXES", default=["FAILOVER_SECRET_"])
+SECRET_ENV_NAMES = env.list(
+    "SECRET_ENV_NAMES",
+    default=[
+        "OPENAI_API_KEY",
+        "ANTHROPIC_API_KEY",
+        "TELEGRAM_BOT_TOKEN",
+        "SLACK_WEBHOOK_URL",
+        "ALERT_WEBHOOK_SECRET",
+    ],
+)
+
 # Background work: Celery on the Redis broker in production. Without a broker the same job
 # functions run inside the serving process.
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL)
@@ -182,6 +242,12 @@ SERVE_STATIC = env.bool("SERVE_STATIC", default=DEBUG)
 
 # Request bodies: the frontends' endpoint enforces its own limit; this caps everything else.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("DATA_UPLOAD_MAX_MEMORY_SIZE", default=1024 * 1024)
+# Seconds a request's body may take to arrive, from its headers: past it the request is answered
+# 408 and its connection closed, so a client that drips its body, or announces more than it
+# sends, can't hold a connection open (every page and the API; failover_site/handlers.py).
+REQUEST_BODY_TIMEOUT_S = env.float("REQUEST_BODY_TIMEOUT_S", default=10.0)
+if REQUEST_BODY_TIMEOUT_S <= 0:
+    raise ImproperlyConfigured("REQUEST_BODY_TIMEOUT_S must be a number of seconds above 0.")
 
 # Production hardening, on whenever DEBUG is off; each has a switch for deployments behind a
 # proxy that terminates TLS itself.
@@ -191,8 +257,19 @@ SECURE_PROXY_SSL_HEADER = (
     else None
 )
 SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=not DEBUG)
-# The probes must answer over plain HTTP inside the cluster.
-SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
+# The probes must answer over plain HTTP inside the cluster. The API is never redirected either:
+# an API client follows a redirect badly (a POST comes back as a GET, its key sent in clear
+# first); it is refused instead, below.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^api/", r"^v1/"]
+# Refuse the API over plain HTTP (403, code https_required), as the pages are redirected.
+API_REQUIRE_HTTPS = env.bool("API_REQUIRE_HTTPS", default=SECURE_SSL_REDIRECT)
+# The API's own middleware (it skips MIDDLEWARE: no sessions, no CSRF). Every entry runs on the
+# event loop, so it must be async-capable and do no blocking I/O (failover_site/api_middleware.py).
+API_MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    # CORS for the client apps' origins (the CORS_* settings above): preflights answered here.
+    "corsheaders.middleware.CorsMiddleware",
+]
 SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=not DEBUG)
 CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=not DEBUG)
 SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=0 if DEBUG else 31_536_000)
@@ -200,6 +277,35 @@ SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", defa
 SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=not DEBUG)
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
+# The pages' Content-Security-Policy (django-csp): everything from this origin, no inline script
+# or style (an inline script would need the request's nonce), no framing. The admin and the
+# control room's htmx pages keep to it; the API sends its own, stricter one.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF, NONCE],
+        "style-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [NONE],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    }
+}
+
+# Admin log-in throttle: after this many failed log-ins for one user name, or from one client
+# address, within the window, further attempts are refused for the window's length. Counted in
+# the cache (Redis with REDIS_URL), so it holds across serving processes.
+ADMIN_LOGIN_MAX_FAILURES = env.int("ADMIN_LOGIN_MAX_FAILURES", default=5)
+ADMIN_LOGIN_WINDOW_S = env.int("ADMIN_LOGIN_WINDOW_S", default=15 * 60)
+
+# The addresses (or networks) /readyz names its failing check to; anyone else gets only
+# ready / not ready, since the error text describes the database and Redis.
+PROBE_DETAIL_ALLOWED_IPS = env.list("PROBE_DETAIL_ALLOWED_IPS", default=["127.0.0.1", "::1"])
+try:
+    for _network in PROBE_DETAIL_ALLOWED_IPS:
+        ipaddress.ip_network(_network, strict=False)
+except ValueError as _error:
+    raise ImproperlyConfigured(f"PROBE_DETAIL_ALLOWED_IPS: {_error}") from None
 
 LOG_LEVEL = env.str("LOG_LEVEL", default="INFO").upper()
 LOGGING = {

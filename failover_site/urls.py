@@ -4,13 +4,14 @@ from django.contrib import admin
 from django.urls import path, re_path
 
 from failover_site import probes
-from providers.api import complete, openai_chat, status
+from providers.api import complete, openai_chat, openapi, status
 
 urlpatterns = [
     path("healthz", probes.healthz, name="healthz"),
     path("readyz", probes.readyz, name="readyz"),
     path("api/v1/complete", complete.complete, name="api-complete"),
     path("api/v1/status", status.status, name="api-status"),
+    path("api/openapi.json", openapi.openapi_json, name="api-openapi"),
     re_path(r"^api/", complete.not_found),
     path("v1/chat/completions", openai_chat.chat_completions, name="openai-chat-completions"),
     path("v1/models", openai_chat.models, name="openai-models"),

@@ -2,15 +2,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db import models
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from providers.admin_audit import AuditedModelAdmin, ReadOnlyModelAdmin
-from providers.models import ConfigChange, FailoverPolicy, Provider, StaticAnswer
+from providers.models import ClientApp, ConfigChange, FailoverPolicy, Provider, StaticAnswer
 from providers.selectors import policy_get
+from providers.services.client_apps import client_app_create, client_app_revoke
 from providers.services.policy import policy_change_record
 
 KILL_SWITCH_FIELDS = FailoverPolicy.KILL_SWITCH_FIELDS
@@ -47,7 +50,8 @@ class ProviderAdmin(AuditedModelAdmin):
     def api_key_status(self, obj: Provider) -> str:
         if not obj.api_key_env:
             return "none needed"
-        return "set" if obj.api_key_configured else f"{obj.api_key_env} is not set"
+        # Why it can't be used: not set, or a variable the secret-variable rule refuses.
+        return obj.api_key_problem or "set"
 
 
 @admin.register(FailoverPolicy)
@@ -111,3 +115,84 @@ class ConfigChangeAdmin(ReadOnlyModelAdmin):
     list_filter = ("action", "target_type", "created_at")
     search_fields = ("actor_name", "target_repr", "reason")
     date_hierarchy = "created_at"
+
+
+@admin.register(ClientApp)
+class ClientAppAdmin(AuditedModelAdmin):
+    list_display = (
+        "name",
+        "key_prefix_shown",
+        "key_state",
+        "requests_per_minute",
+        "tokens_per_minute",
+        "allow_cloud",
+        "created_at",
+    )
+    list_filter = ("enabled", "allow_cloud")
+    search_fields = ("name", "description", "key_prefix")
+    readonly_fields = ("key_prefix_shown", "key_state", "created_at", "updated_at")
+    fieldsets = (
+        (None, {"fields": ("name", "description", "enabled", "key_prefix_shown", "key_state")}),
+        ("Limits", {"fields": (("requests_per_minute", "tokens_per_minute"),)}),
+        (
+            "What it may do",
+            {
+                "fields": (
+                    "allowed_origins",
+                    "allow_cloud",
+                    "allowed_models",
+                    "allow_high_priority",
+                    "can_read_status",
+                )
+            },
+        ),
+        ("History", {"fields": ("created_at", "updated_at")}),
+    )
+    actions = ("revoke_keys",)
+
+    @admin.display(description="key")
+    def key_prefix_shown(self, obj: ClientApp) -> str:
+        return f"{obj.key_prefix}…" if obj.key_prefix else "made when the app is saved"
+
+    @admin.display(description="state")
+    def key_state(self, obj: ClientApp) -> str:
+        if obj.revoked_at is not None:
+            return f"revoked {obj.revoked_at:%Y-%m-%d %H:%M}"
+        return "enabled" if obj.enabled else "disabled"
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        _, key = client_app_create(actor=request.user, app=obj)
+        request._client_key = key  # type: ignore[attr-defined] # shown by response_add, once
+
+    def response_add(
+        self, request: HttpRequest, obj: Any, post_url_continue: str | None = None
+    ) -> HttpResponse:
+        key = getattr(request, "_client_key", None)
+        if key is None:
+            return super().response_add(request, obj, post_url_continue)
+        # The key goes straight into this page, never into a message or a session: nothing
+        # keeps it after this response.
+        response = TemplateResponse(
+            request,
+            "admin/providers/clientapp/key_created.html",
+            {
+                **self.admin_site.each_context(request),
+                "opts": self.opts,
+                "app": obj,
+                "key": key,
+                "title": f"The key of {obj.name}",
+            },
+        )
+        response["Cache-Control"] = "no-store"
+        return response
+
+    @admin.action(description="Revoke the selected apps' keys", permissions=["change"])
+    def revoke_keys(self, request: HttpRequest, queryset: QuerySet[ClientApp]) -> None:
+        revoked = sum(
+            client_app_revoke(app=app, actor=request.user, reason="revoked in the admin")
+            for app in queryset
+        )
+        self.message_user(request, f"Revoked {revoked} key(s).", messages.SUCCESS)

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import fields
 from typing import Any
 
 from django.db.models import Count, Max
 
 from billing.models import Budget
+from providers.engine.clients import ClientConfig, Clients
 from providers.engine.config import BudgetConfig, PolicyConfig, ProviderConfig, Snapshot
 from providers.engine.faq import FaqEntry, FaqIndex
-from providers.models import ConfigChange, FailoverPolicy, Provider, StaticAnswer
+from providers.models import ClientApp, ConfigChange, FailoverPolicy, Provider, StaticAnswer
+from providers.models.client_app import lines_of, origins_normalised
+from providers.models.secret_env import secret_env_read
 
 
 def policy_get() -> FailoverPolicy:
@@ -28,6 +30,7 @@ def policy_config(row: FailoverPolicy, *, forced_provider: str) -> PolicyConfig:
         "kill_switch_provider": forced_provider,
         "local_only_tasks": frozenset(FailoverPolicy.task_list(row.local_only_tasks)),
         "no_fallback_tasks": frozenset(FailoverPolicy.task_list(row.no_fallback_tasks)),
+        "anonymous_origins": origins_normalised(row.anonymous_origins),
     }
     values: dict[str, Any] = {
         item.name: converted[item.name] if item.name in converted else getattr(row, item.name)
@@ -49,21 +52,7 @@ def snapshot_build(*, version: int) -> Snapshot:
         )
     policy = policy_config(policy_row, forced_provider=forced)
     providers = tuple(
-        ProviderConfig(
-            name=row.name,
-            kind=row.kind,
-            base_url=row.base_url,
-            model=row.model,
-            priority=row.priority,
-            is_local=row.is_local,
-            timeout_s=row.timeout_s,
-            context_window=row.context_window,
-            weight=row.weight,
-            price_input_per_1m=row.price_input_per_1m,
-            price_output_per_1m=row.price_output_per_1m,
-            api_key=os.environ.get(row.api_key_env, "") if row.api_key_env else "",
-            api_key_env=row.api_key_env,
-        )
+        provider_config(row)
         for row in Provider.objects.filter(enabled=True).order_by("priority", "name")
     )
     budgets = tuple(
@@ -87,6 +76,53 @@ def snapshot_build(*, version: int) -> Snapshot:
         policy=policy,
         budgets=budgets,
         faq=faq_index_build(),
+        clients=clients_build(),
+    )
+
+
+def clients_build() -> Clients:
+    """The client apps as the API checks them: the usable ones by key digest, and the digests
+    of the disabled and revoked ones, whose refusal says so."""
+    usable: dict[str, ClientConfig] = {}
+    refused: set[str] = set()
+    for row in ClientApp.objects.all():
+        if not row.usable:
+            refused.add(row.key_digest)
+            continue
+        usable[row.key_digest] = ClientConfig(
+            name=row.name,
+            key_prefix=row.key_prefix,
+            requests_per_minute=row.requests_per_minute,
+            tokens_per_minute=row.tokens_per_minute,
+            allowed_origins=origins_normalised(row.allowed_origins),
+            allow_cloud=row.allow_cloud,
+            allowed_models=frozenset(lines_of(row.allowed_models)),
+            allow_high_priority=row.allow_high_priority,
+            can_read_status=row.can_read_status,
+        )
+    return Clients(by_digest=usable, refused=frozenset(refused))
+
+
+def provider_config(row: Provider) -> ProviderConfig:
+    """A provider as the engine reads it, with its key read from the environment now (once per
+    snapshot). A key variable the secret-variable rule refuses reads as not set whatever it
+    holds (`providers/models/secret_env.py`), and `api_key_problem` says why."""
+    api_key, problem = secret_env_read(row.api_key_env) if row.api_key_env else ("", "")
+    return ProviderConfig(
+        name=row.name,
+        kind=row.kind,
+        base_url=row.base_url,
+        model=row.model,
+        priority=row.priority,
+        is_local=row.is_local,
+        timeout_s=row.timeout_s,
+        context_window=row.context_window,
+        weight=row.weight,
+        price_input_per_1m=row.price_input_per_1m,
+        price_output_per_1m=row.price_output_per_1m,
+        api_key=api_key,
+        api_key_env=row.api_key_env,
+        api_key_problem=problem,
     )
 
 

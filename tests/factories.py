@@ -10,9 +10,31 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 
 from billing.models import Budget, CallRecord
-from providers.models import Provider, StaticAnswer
+from providers.engine.clients import key_digest
+from providers.models import ClientApp, Provider, StaticAnswer
 
 _sequence = itertools.count(1)
+
+# The suite's own client key: the app made by `make_client_app()` answers to it.
+TEST_CLIENT_KEY = "fgw_the-suites-own-client-key-0000000000000000"
+AUTH = {"Authorization": f"Bearer {TEST_CLIENT_KEY}"}
+
+
+def make_client_app(key: str = TEST_CLIENT_KEY, **overrides: Any) -> ClientApp:
+    """A client app answering to `key`: no limits and every permission, unless overridden."""
+    values: dict[str, Any] = {
+        "name": f"client-{next(_sequence)}",
+        "requests_per_minute": 0,
+        "tokens_per_minute": 0,
+        "allowed_models": "*",
+        "allow_high_priority": True,
+        "can_read_status": True,
+    }
+    values.update(overrides)
+    app = ClientApp(key_prefix=key[:12], key_digest=key_digest(key), **values)
+    app.full_clean()
+    app.save()
+    return app
 
 
 def make_provider(**overrides: Any) -> Provider:

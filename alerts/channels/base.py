@@ -9,8 +9,6 @@ side asked for it.
 
 from __future__ import annotations
 
-import os
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -18,7 +16,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import httpx
 from django.core.exceptions import ValidationError
 
+from alerts.channels.outbound import policy_transport
 from providers.models import http_url_validator
+from providers.models.outbound import BLOCKED, REFUSED_CODE, OutboundRefused
+from providers.models.secret_env import ENV_VAR_NAME, secret_env_problem, secret_env_read
 
 if TYPE_CHECKING:
     from alerts.models import AlertEvent
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
 # runs in the background, but a hanging channel must still not hold the worker for long.
 TIMEOUT = httpx.Timeout(5.0, connect=3.0)
 
-ENV_VAR_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
 # Telegram caps a message at 4096 characters; the other channels take more, but an alert that
 # long is a bug, and a short one reads better on a phone.
 MAX_TEXT = 4000
@@ -114,6 +114,10 @@ class ConfigErrors:
                 f"and underscores, e.g. {example}), not {holds} itself: secrets never enter the "
                 "database.",
             )
+        elif value:
+            problem = secret_env_problem(value)
+            if problem:
+                self.add(key, problem)
         return value
 
     def http_url(self, key: str, *, required: bool, default: str = "") -> str:
@@ -121,8 +125,11 @@ class ConfigErrors:
         if value:
             try:
                 http_url_validator(value)
-            except ValidationError:
-                self.add(key, f"enter an http:// or https:// URL (not {value!r}).")
+            except ValidationError as exc:
+                if exc.code == REFUSED_CODE and exc.params:
+                    self.add(key, f"{BLOCKED}: {exc.params['refusal']}.")
+                else:
+                    self.add(key, f"enter an http:// or https:// URL (not {value!r}).")
         return value
 
     def raise_if_any(self) -> None:
@@ -131,9 +138,13 @@ class ConfigErrors:
 
 
 def env_secret(name: str, what: str) -> str:
-    """The value of the environment variable `name`; a permanent error when it isn't set, since
-    no retry sets it (the operator fixes the environment, then re-enables the channel)."""
-    value = os.environ.get(name, "").strip()
+    """The value of the environment variable `name`; a permanent error when it isn't set or the
+    secret-variable rule refuses the name (read as not set, whatever it holds), since no retry
+    changes that (the operator fixes the config or the environment, then re-enables it)."""
+    problem = secret_env_problem(name)
+    if problem:
+        raise TransportError(f"The {what} can't be read: {problem}", permanent=True)
+    value, _ = secret_env_read(name)
     if not value:
         raise TransportError(
             f"{name} (the {what}) is not set in this process's environment.", permanent=True
@@ -182,10 +193,22 @@ class HttpChannel(Channel):
         json: Any = None,
         headers: Mapping[str, str] | None = None,
     ) -> httpx.Response:
-        """POST once; a network failure or timeout is a transient `TransportError`."""
+        """POST once; a network failure or timeout is a transient `TransportError`, an address
+        the outbound URL policy refuses a permanent one (nothing is sent). Redirects are never
+        followed, and proxies from the environment are not used: the policy judges the address
+        actually connected to."""
         try:
-            with httpx.Client(timeout=TIMEOUT, follow_redirects=False) as client:
+            with httpx.Client(
+                timeout=TIMEOUT,
+                follow_redirects=False,
+                trust_env=False,
+                transport=policy_transport(),
+            ) as client:
                 return client.post(url, content=content, json=json, headers=headers)
+        except OutboundRefused as exc:
+            raise TransportError(
+                f"{self.label} was not called, {BLOCKED}: {self.redact(str(exc))}.", permanent=True
+            ) from exc
         except httpx.TimeoutException as exc:
             raise TransportError(
                 f"{self.label} did not answer in time ({type(exc).__name__})."
@@ -193,7 +216,3 @@ class HttpChannel(Channel):
         except httpx.HTTPError as exc:
             detail = self.redact(str(exc)) or type(exc).__name__
             raise TransportError(f"Could not reach {self.label}: {detail}") from exc
-
-    def body_excerpt(self, response: httpx.Response, limit: int = 200) -> str:
-        text = self.redact(response.text.strip())
-        return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -7,6 +7,7 @@ in the environment like a token.
 from __future__ import annotations
 
 import os
+import re
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
@@ -20,6 +21,11 @@ from alerts.channels.base import (
     retry_after_header,
 )
 from providers.models import http_url_validator
+from providers.models.outbound import BLOCKED, REFUSED_CODE
+
+# Slack's error answers are one word ("invalid_token", "no_service"): shown as they are. Any
+# other body is not shown, only the status.
+SLACK_ERROR = re.compile(r"[a-z][a-z0-9_]{0,63}")
 
 if TYPE_CHECKING:
     from alerts.models import AlertEvent
@@ -60,15 +66,20 @@ class SlackChannel(HttpChannel):
         try:
             http_url_validator(url)
         except ValidationError as exc:
-            raise TransportError(f"{name} does not hold an http(s) URL.", permanent=True) from exc
+            problem = "does not hold an http(s) URL"
+            if exc.code == REFUSED_CODE and exc.params:
+                problem = f"holds a URL {BLOCKED}: {self.redact(exc.params['refusal'])}"
+            raise TransportError(f"{name} {problem}.", permanent=True) from exc
         response = self.post(url, json={"text": slack_escape(event_text(event))})
         if response.is_success:
             return
         status = response.status_code
+        error = response.text.strip()
         # Slack answers 403 invalid_token, 404 no_service, 410 channel_is_archived: the webhook
-        # is gone for good. 429 and 5xx pass.
+        # is gone for good, as it is after a redirect (never followed). 429 and 5xx pass.
         raise TransportError(
-            f"Slack answered {status}: {self.body_excerpt(response) or response.reason_phrase}",
-            permanent=400 <= status < 500 and status != 429,
+            f"Slack answered {status}: "
+            f"{error if SLACK_ERROR.fullmatch(error) else response.reason_phrase}",
+            permanent=300 <= status < 500 and status != 429,
             retry_after=retry_after_header(response),
         )

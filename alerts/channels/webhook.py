@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 DEFAULT_HEADER = "X-Failover-Signature"
 HEADER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,99}")
 # 408 (the receiver timed out) and 429 (slow down) pass; any other 4xx means the request itself
-# is refused (a wrong URL, a rejected signature), and sending it again won't change that.
+# is refused (a wrong URL, a rejected signature), and sending it again won't change that. So
+# does a redirect: it is never followed, so the URL is wrong until it is changed.
 TRANSIENT_CLIENT_ERRORS = (408, 429)
 
 
@@ -86,9 +87,13 @@ class WebhookChannel(HttpChannel):
         if response.is_success:
             return
         status = response.status_code
+        # The status, never the body: the URL may name any host the policy allows, and what
+        # answered there is not for the admin's pages to show.
+        message = f"The webhook answered {status} {response.reason_phrase}".rstrip()
+        if response.is_redirect:
+            message += " (redirects are not followed: set the URL it points to)"
         raise TransportError(
-            f"The webhook answered {status}: "
-            f"{self.body_excerpt(response) or response.reason_phrase}",
-            permanent=400 <= status < 500 and status not in TRANSIENT_CLIENT_ERRORS,
+            message,
+            permanent=300 <= status < 500 and status not in TRANSIENT_CLIENT_ERRORS,
             retry_after=retry_after_header(response),
         )

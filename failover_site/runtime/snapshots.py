@@ -90,6 +90,19 @@ class SnapshotHolder:
     def mark_stale(self) -> None:
         self._stale = True
 
+    def latest(self) -> Snapshot | None:
+        """The snapshot requests now route on, without waiting (None before the first), for
+        sync code on the event loop (CORS's origin check); one that is stale, or missing, is
+        rebuilt in the background as `current` would, so the next caller has it."""
+        state = self._loop_state.get()
+        if (self._snapshot is None or self._stale) and (
+            state.rebuild is None or state.rebuild.done()
+        ):
+            state.rebuild = spawn(self._rebuild())
+        if state.poller is None or state.poller.done():
+            state.poller = spawn(self._poll())
+        return self._snapshot
+
     async def current(self) -> Snapshot:
         state = self._loop_state.get()
         snapshot = self._snapshot

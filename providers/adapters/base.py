@@ -25,6 +25,7 @@ from providers.adapters.messages import (
     HealthLevel,
     HealthResult,
 )
+from providers.adapters.scrub import scrub
 from providers.adapters.stream import CompletionStream
 from providers.engine.config import ProviderConfig
 
@@ -223,7 +224,7 @@ class ProviderAdapter(ABC):
         try:
             decoded = json.loads(body)
         except ValueError:
-            return body[:300].decode("utf-8", "replace").strip()
+            return self.upstream_text(body[:4096].decode("utf-8", "replace").strip(), 300)
         return self.error_text(decoded)
 
     def error_text(self, decoded: Any) -> str:
@@ -231,10 +232,15 @@ class ProviderAdapter(ABC):
         error = decoded.get("error") if isinstance(decoded, dict) else None
         if isinstance(error, dict):
             parts = [str(error.get(key)) for key in ("message", "code") if error.get(key)]
-            return " ".join(parts)[:500]
+            return self.upstream_text(" ".join(parts), 500)
         if isinstance(error, str):
-            return error[:500]
+            return self.upstream_text(error, 500)
         return ""
+
+    def upstream_text(self, text: str, limit: int) -> str:
+        """An upstream's words, scrubbed, then cut to `limit`: cut first, a key across the cut
+        would leave its first half, no longer the key the scrubber looks for."""
+        return scrub(text[:8192], (self.config.api_key,))[:limit]
 
     def _failed(
         self,
@@ -244,6 +250,10 @@ class ProviderAdapter(ABC):
         status: int | None = None,
         retry_after_s: float | None = None,
     ) -> ProviderError:
+        """Every failure an adapter raises is made here: the one place upstream text becomes
+        an error, so it is scrubbed of this provider's key and anything like a credential
+        before the ledger, the logs, the alerts or a page can hold it."""
+        message = scrub(message, (self.config.api_key,))
         return ProviderError(error_class, message, status=status, retry_after_s=retry_after_s)
 
     def malformed(self, what: str) -> ProviderError:

@@ -61,7 +61,8 @@ class OllamaAdapter(ProviderAdapter):
         if not isinstance(event, dict):
             raise self.malformed("a stream line is not an object")
         if event.get("error"):
-            raise self._failed(ErrorClass.SERVER_ERROR, f"error line: {event['error']}"[:500])
+            detail = self.upstream_text(str(event["error"]), 480)
+            raise self._failed(ErrorClass.SERVER_ERROR, f"error line: {detail}")
         message = event.get("message")
         text = message.get("content") if isinstance(message, dict) else None
         if event.get("done") is True:

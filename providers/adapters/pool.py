@@ -2,7 +2,8 @@
 
 Connections stay open between requests (keep-alive), so a call costs one round trip, not a
 handshake. A provider whose configuration changes gets a new client; the old one is closed.
-The client never retries on its own: the router decides what follows a failure.
+The client never retries on its own: the router decides what follows a failure. It follows no
+redirect and connects only where the outbound URL policy (`OUTBOUND_ALLOW`) allows.
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ from django.conf import settings
 
 from providers.adapters import ADAPTERS
 from providers.adapters.base import ProviderAdapter
+from providers.adapters.outbound import BlockedTransport, PolicyHTTPTransport
 from providers.adapters.transport import AiohttpTransport
 from providers.aio import LoopLocal, spawn
 from providers.engine.config import ProviderConfig
+from providers.engine.outbound import OutboundPolicy, url_refusal
 
 logger = logging.getLogger(__name__)
 
@@ -25,11 +28,17 @@ logger = logging.getLogger(__name__)
 MAX_CONNECTIONS = 256
 
 
-def _transport(limits: httpx.Limits) -> httpx.AsyncBaseTransport | None:
-    """httpx's own connection pool, or aiohttp's under httpx's API (PROVIDER_HTTP_CLIENT)."""
+def _transport(config: ProviderConfig, limits: httpx.Limits) -> httpx.AsyncBaseTransport:
+    """httpx's own connection pool, or aiohttp's under httpx's API (PROVIDER_HTTP_CLIENT), held
+    to the outbound URL policy (OUTBOUND_ALLOW); a base URL whose form the policy refuses (one
+    saved around the model's checks) gets a transport that sends nothing."""
+    refusal = url_refusal(config.base_url)
+    if refusal:
+        return BlockedTransport(refusal)
+    policy = OutboundPolicy.allowing(settings.OUTBOUND_ALLOW)
     if settings.PROVIDER_HTTP_CLIENT == "aiohttp":
-        return AiohttpTransport(limits=limits)
-    return None
+        return AiohttpTransport(limits=limits, policy=policy)
+    return PolicyHTTPTransport(limits=limits, policy=policy)
 
 
 class _NoCookies(httpx.Cookies):
@@ -63,7 +72,7 @@ def make_client(config: ProviderConfig) -> httpx.AsyncClient:
         base_url=config.http_base_url,
         timeout=config.timeout_s,
         limits=limits,
-        transport=_transport(limits),
+        transport=_transport(config, limits),
         # No proxies or netrc from the environment: a provider is reached the way it's configured.
         trust_env=False,
         follow_redirects=False,

@@ -3,7 +3,8 @@ aiohttp, whose pool measured several times faster than httpx's own under concurr
 
 Failures are raised as the httpx exceptions they are, so the error table sees the same classes
 on either transport: a refused connection is `httpx.ConnectError`, a stalled one a timeout, a
-connection dropped mid-answer `httpx.ReadError` (or `RemoteProtocolError`).
+connection dropped mid-answer `httpx.ReadError` (or `RemoteProtocolError`). With a policy, it
+connects only where the outbound URL policy allows (providers/adapters/outbound.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from typing import Any
 
 import aiohttp
 import httpx
+
+from providers.adapters.outbound import PolicyResolver, blocked
+from providers.engine.outbound import OutboundPolicy, host_refusal
 
 # aiohttp's own classes, most specific first: the first that matches decides.
 _ERRORS: tuple[tuple[type[BaseException], type[httpx.TransportError]], ...] = (
@@ -65,10 +69,22 @@ class _ResponseStream(httpx.AsyncByteStream):
 
 
 class AiohttpTransport(httpx.AsyncBaseTransport):
-    def __init__(self, *, limits: httpx.Limits, ssl_context: ssl.SSLContext | None = None) -> None:
+    """`policy`: where it may connect (the pool always gives one; None connects anywhere, as
+    the benchmark's bare passthrough does)."""
+
+    def __init__(
+        self,
+        *,
+        limits: httpx.Limits,
+        policy: OutboundPolicy | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         self._limits = limits
+        self._policy = policy
         self._ssl = ssl_context or ssl.create_default_context()
         self._session: aiohttp.ClientSession | None = None
+        self._hosts_allowed: set[str] = set()
+        self._policy_resolver: PolicyResolver | None = None
 
     def _get_session(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -76,6 +92,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                 limit=self._limits.max_connections or 0,
                 keepalive_timeout=self._limits.keepalive_expiry or 15.0,
                 ssl=self._ssl,
+                resolver=self._resolver(),
             )
             # httpx decodes content-encoding itself and sets its own headers.
             self._session = aiohttp.ClientSession(
@@ -86,7 +103,25 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             )
         return self._session
 
+    def _resolver(self) -> PolicyResolver | None:
+        # Made on the loop that uses it (aiohttp's resolver binds to the running loop); the
+        # connector doesn't close a resolver it was given, so `aclose` does.
+        if self._policy is not None and self._policy_resolver is None:
+            self._policy_resolver = PolicyResolver(self._policy)
+        return self._policy_resolver
+
+    def _check_host(self, host: str) -> None:
+        """aiohttp connects to an IP address in the URL without asking the resolver: the
+        policy judges it here, once per host (a name is judged by `PolicyResolver`)."""
+        if self._policy is None or host in self._hosts_allowed:
+            return
+        refusal = host_refusal(host, self._policy)
+        if refusal:
+            raise blocked(refusal)
+        self._hosts_allowed.add(host)
+
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self._check_host(request.url.host)
         timeouts = request.extensions.get("timeout", {})
         timeout = aiohttp.ClientTimeout(
             total=None,
@@ -123,3 +158,6 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         if self._session is not None:
             await self._session.close()
             self._session = None
+        if self._policy_resolver is not None:
+            await self._policy_resolver.close()
+            self._policy_resolver = None

@@ -1,5 +1,6 @@
-"""What the frontends' endpoints share: JSON errors, the host and envelope checks, the routed
-request built from a parsed body, and the `X-Failover-*` headers.
+"""What the frontends' endpoints share: JSON errors, the host and envelope checks, the caller's
+admission (`access`), the routed request built from a parsed body, and the `X-Failover-*`
+headers.
 
 Served by the lean API handler (`failover_site.asgi`): no session, auth or CSRF middleware, so a
 request never leaves the event loop. Every failure answers JSON, with a 4xx for the client's
@@ -17,10 +18,14 @@ from typing import Any
 from django.core.exceptions import DisallowedHost
 from django.http import HttpRequest, HttpResponseBase, JsonResponse
 
+from failover_site.runtime.gateway import Gateway
+from failover_site.runtime.outcomes import record_call
 from providers.adapters.messages import CompletionRequest
+from providers.api.access import Caller, Refusal, identify, permitted, rate_checked
 from providers.api.validation import ApiError
 from providers.routing.cascade import RouteRequest, RouteResult, route
 from providers.routing.ports import Runtime
+from providers.routing.rate_limits import RateTicket
 
 logger = logging.getLogger(__name__)
 
@@ -83,21 +88,76 @@ def checked_envelope(request: HttpRequest) -> ApiError | None:
     return None
 
 
+async def caller_of(request: HttpRequest, gateway: Gateway) -> Caller | Refusal:
+    """Who is calling (its key, its origin): checked before the body is read, so a caller
+    without a valid key learns nothing of the API but that. With no configuration to check
+    against (its first read failed), the answer is a 503, never a 500, and on the ledger."""
+    try:
+        snapshot = await gateway.snapshots.current()
+    except Exception:
+        logger.exception("the configuration could not be read to check a caller")
+        unrouted = RouteRequest(completion=CompletionRequest(prompt=""), request_id=_new_id())
+        failed = _unroutable()
+        record_call(gateway, unrouted, failed, 0)
+        assert failed.error is not None
+        return Refusal(
+            ApiError(failed.status, failed.error["code"], failed.error["message"]),
+            {"X-Request-Id": unrouted.request_id},
+        )
+    return identify(request, snapshot)
+
+
+def _new_id() -> str:
+    return str(uuid.uuid4())
+
+
+def _unroutable() -> RouteResult:
+    return RouteResult(
+        text="",
+        tier="none",
+        status=503,
+        reason="gateway_error",
+        error={"code": "unavailable", "message": "The gateway can't route requests now."},
+    )
+
+
+async def caller_admitted(
+    caller: Caller, runtime: Runtime, *, priority: str = "normal", prefer: str = ""
+) -> RateTicket | None | Refusal:
+    """What the caller asks for, then its rate limit (in that order, so a request refused for
+    what it asks is never counted): its place in its rate window, or the refusal."""
+    refusal = permitted(caller, prefer=prefer, priority=priority)
+    if refusal is not None:
+        return refusal
+    return await rate_checked(runtime.ports, caller)
+
+
+def refused(refusal: Refusal, render: Callable[[ApiError], JsonResponse]) -> JsonResponse:
+    response = render(refusal.error)
+    for name, value in refusal.headers.items():
+        response[name] = value
+    return response
+
+
 def route_request(
-    request: HttpRequest, parsed: Any, completion: CompletionRequest, **extra: Any
+    parsed: Any,
+    completion: CompletionRequest,
+    caller: Caller,
+    rate: RateTicket | None,
+    **extra: Any,
 ) -> RouteRequest:
     """The request to route, with the gateway's own fields both endpoints take (priority,
-    task, allow_cloud, cache, user) and the caller's `X-Client-Id`."""
-    client = request.headers.get("X-Client-Id", "")[:100]
+    task, allow_cloud, cache, user), as far as the caller may use them."""
     return RouteRequest(
         completion=completion,
-        request_id=str(uuid.uuid4()),
+        request_id=_new_id(),
         priority=parsed.priority,
         task=parsed.task,
-        allow_cloud=parsed.allow_cloud,
-        client=client,
+        allow_cloud=parsed.allow_cloud and caller.allow_cloud,
+        client=caller.name,
         use_cache=parsed.cache,
-        sticky_key=parsed.user or client,
+        sticky_key=parsed.user,
+        rate=rate,
         **extra,
     )
 
@@ -110,13 +170,30 @@ async def route_safely(routed: RouteRequest, runtime: Runtime) -> RouteResult:
         # platform itself failed (its configuration couldn't be read, say). The request is
         # still answered in JSON and still recorded.
         logger.exception("routing failed for request %s", routed.request_id)
-        return RouteResult(
-            text="",
-            tier="none",
-            status=503,
-            reason="gateway_error",
-            error={"code": "unavailable", "message": "The gateway can't route requests now."},
-        )
+        return _unroutable()
+
+
+# The tiers an answer comes from (`RouteResult.tier`; "none" on an error that was routed).
+TIERS = ("primary", "secondary", "cache", "static", "degraded")
+# `failover_headers` as the OpenAPI document describes them: on every routed answer.
+FAILOVER_HEADERS: dict[str, dict[str, Any]] = {
+    "X-Request-Id": {
+        "description": "The request's id in the call ledger.",
+        "schema": {"type": "string"},
+    },
+    "X-Failover-Tier": {
+        "description": "Which tier answered (none: an error after routing).",
+        "schema": {"enum": [*TIERS, "none"]},
+    },
+    "X-Failover-Provider": {
+        "description": "The provider that answered, or the tier that stood in.",
+        "schema": {"type": "string"},
+    },
+    "X-Failover-Cache-Age": {
+        "description": "A cached answer's age, in seconds.",
+        "schema": {"type": "string", "pattern": "^[0-9]+$"},
+    },
+}
 
 
 def failover_headers(result: RouteResult, request_id: str) -> dict[str, str]:

@@ -14,16 +14,49 @@ from failover_site.runtime.gateway import get_gateway
 from failover_site.runtime.outcomes import record_call
 from providers.adapters.messages import CompletionRequest
 from providers.api.common import (
+    TIERS,
     ApiError,
+    Refusal,
+    caller_admitted,
+    caller_of,
     checked_envelope,
     checked_host,
     error_response,
     failover_headers,
     json_errors,
+    refused,
     route_request,
     route_safely,
 )
+from providers.api.fields import JsonSchema
 from providers.api.validation import parse_complete
+
+ANSWER_SCHEMA: JsonSchema = {
+    "type": "object",
+    "description": "The answer, and which tier gave it.",
+    "required": [
+        "text",
+        "provider",
+        "tier",
+        "is_fallback",
+        "degradation_notice",
+        "request_id",
+        "latency_ms",
+        "tokens_in",
+        "tokens_out",
+    ],
+    "properties": {
+        "text": {"type": "string"},
+        "provider": {"type": ["string", "null"], "description": "null when no provider answered."},
+        "tier": {"enum": list(TIERS)},
+        "is_fallback": {"type": "boolean"},
+        "degradation_notice": {"type": ["string", "null"]},
+        "request_id": {"type": "string"},
+        "latency_ms": {"type": "integer", "minimum": 0},
+        "tokens_in": {"type": "integer", "minimum": 0},
+        "tokens_out": {"type": "integer", "minimum": 0},
+    },
+}
 
 
 @json_errors
@@ -43,12 +76,18 @@ async def complete(request: HttpRequest) -> JsonResponse:
         problem = checked_envelope(request)
     if problem is not None:
         return error_response(problem)
+    gateway = get_gateway()
+    caller = await caller_of(request, gateway)
+    if isinstance(caller, Refusal):
+        return refused(caller, error_response)
     parsed = parse_complete(request.body)
     if isinstance(parsed, ApiError):
         return error_response(parsed)
+    ticket = await caller_admitted(caller, gateway, priority=parsed.priority)
+    if isinstance(ticket, Refusal):
+        return refused(ticket, error_response)
 
     routed = route_request(
-        request,
         parsed,
         CompletionRequest(
             prompt=parsed.prompt,
@@ -56,9 +95,10 @@ async def complete(request: HttpRequest) -> JsonResponse:
             max_tokens=parsed.max_tokens,
             temperature=parsed.temperature,
         ),
+        caller,
+        ticket,
     )
     request_id = routed.request_id
-    gateway = get_gateway()
     result = await route_safely(routed, gateway)
     latency_ms = round((time.perf_counter() - started) * 1000)
     record_call(gateway, routed, result, latency_ms)

@@ -29,6 +29,27 @@ class ApiError:
         return body
 
 
+# The gateway's own error shape, `{"error": ApiError.as_dict()}` (OpenAI's is on /v1/).
+ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "The gateway's error shape.",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["code", "message"],
+            "properties": {
+                "code": {"type": "string", "examples": ["invalid_field", "invalid_api_key"]},
+                "message": {"type": "string"},
+                "field": {"type": "string", "description": "The field at fault, if one is."},
+                "request_id": {"type": "string", "description": "On an error after routing."},
+                "provider": {"type": "string", "description": "The provider that refused it."},
+            },
+        }
+    },
+}
+
+
 def _invalid_json(message: str) -> ApiError:
     return ApiError(400, "invalid_json", message)
 

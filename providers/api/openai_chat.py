@@ -11,11 +11,9 @@ every answer carries the `X-Failover-*` headers.
 from __future__ import annotations
 
 import functools
-import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from typing import Any
 
 from django.http import HttpRequest, HttpResponseBase, JsonResponse, StreamingHttpResponse
 
@@ -23,33 +21,30 @@ from failover_site.runtime.gateway import Gateway, get_gateway
 from failover_site.runtime.outcomes import record_call
 from providers.adapters.errors import ProviderError
 from providers.adapters.messages import CompletionRequest
+from providers.api.access import permitted
+from providers.api.chat_request import parse_chat
 from providers.api.common import (
+    Refusal,
+    caller_admitted,
+    caller_of,
     checked_envelope,
     checked_host,
     failover_headers,
     json_errors,
+    refused,
     route_request,
     route_safely,
 )
-from providers.api.validation import ApiError, ChatBody, parse_chat
+from providers.api.fields import JsonSchema
+from providers.api.json_body import ApiError
+from providers.api.openai_shapes import BROKEN, DONE, Shape, error_body
 from providers.routing.cascade import RouteRequest, RouteResult, finish_stream
 
 AUTO_MODEL = "auto"
-# OpenAI's error types, by status.
-ERROR_TYPES = {
-    401: "authentication_error",
-    403: "permission_error",
-    404: "invalid_request_error",
-    429: "rate_limit_error",
-}
 
 
 def openai_error(error: ApiError) -> JsonResponse:
-    kind = ERROR_TYPES.get(error.status) or (
-        "invalid_request_error" if error.status < 500 else "server_error"
-    )
-    body = {"message": error.message, "type": kind, "param": error.field, "code": error.code}
-    return JsonResponse({"error": body}, status=error.status)
+    return JsonResponse(error_body(error), status=error.status)
 
 
 openai_json_errors = functools.partial(json_errors, render=openai_error)
@@ -66,6 +61,31 @@ async def not_found(request: HttpRequest) -> JsonResponse:
     return openai_error(ApiError(404, "not_found", f"No endpoint at {request.path}."))
 
 
+MODELS_SCHEMA: JsonSchema = {
+    "type": "object",
+    "description": "OpenAI's model list: auto first, then each provider this key may name.",
+    "required": ["object", "data"],
+    "properties": {
+        "object": {"const": "list"},
+        "data": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "required": ["id", "object", "created", "owned_by"],
+                "properties": {
+                    "id": {"type": "string"},
+                    "object": {"const": "model"},
+                    "created": {"type": "integer"},
+                    "owned_by": {"type": "string", "description": "failover, or the kind."},
+                    "upstream_model": {"type": "string"},
+                },
+            },
+        },
+    },
+}
+
+
 @openai_json_errors
 async def models(request: HttpRequest) -> JsonResponse:
     if request.method != "GET":
@@ -73,7 +93,11 @@ async def models(request: HttpRequest) -> JsonResponse:
     problem = checked_host(request)
     if problem is not None:
         return openai_error(problem)
-    snapshot = await get_gateway().snapshots.current()
+    gateway = get_gateway()
+    caller = await caller_of(request, gateway)
+    if isinstance(caller, Refusal):
+        return refused(caller, openai_error)
+    snapshot = await gateway.snapshots.current()
     created = int(time.time())
     data = [
         {"id": AUTO_MODEL, "object": "model", "created": created, "owned_by": "failover"},
@@ -86,6 +110,8 @@ async def models(request: HttpRequest) -> JsonResponse:
                 "upstream_model": provider.model,
             }
             for provider in snapshot.providers
+            # What this caller may ask for by name; "auto" is everyone's.
+            if caller.app is not None and caller.app.may_ask_for(provider.name)
         ),
     ]
     return JsonResponse({"object": "list", "data": data})
@@ -99,12 +125,19 @@ async def chat_completions(request: HttpRequest) -> HttpResponseBase:
     problem = checked_host(request) or checked_envelope(request)
     if problem is not None:
         return openai_error(problem)
+    gateway = get_gateway()
+    caller = await caller_of(request, gateway)
+    if isinstance(caller, Refusal):
+        return refused(caller, openai_error)
     parsed = parse_chat(request.body)
     if isinstance(parsed, ApiError):
         return openai_error(parsed)
-    gateway = get_gateway()
     prefer = ""
     if parsed.model != AUTO_MODEL:
+        # What the app may not ask for is refused before anything says whether it exists.
+        refusal = permitted(caller, prefer=parsed.model)
+        if refusal is not None:
+            return refused(refusal, openai_error)
         snapshot = await gateway.snapshots.current()
         if snapshot.provider(parsed.model) is None:
             return openai_error(
@@ -117,9 +150,11 @@ async def chat_completions(request: HttpRequest) -> HttpResponseBase:
                 )
             )
         prefer = parsed.model
+    ticket = await caller_admitted(caller, gateway, priority=parsed.priority, prefer=prefer)
+    if isinstance(ticket, Refusal):
+        return refused(ticket, openai_error)
 
     routed = route_request(
-        request,
         parsed,
         CompletionRequest(
             prompt=parsed.prompt,
@@ -130,6 +165,8 @@ async def chat_completions(request: HttpRequest) -> HttpResponseBase:
             top_p=parsed.top_p,
             stop=parsed.stop,
         ),
+        caller,
+        ticket,
         stream=parsed.stream,
         prefer=prefer,
     )
@@ -143,7 +180,7 @@ async def chat_completions(request: HttpRequest) -> HttpResponseBase:
         for name, value in headers.items():
             response[name] = value
         return response
-    shape = _Shape(parsed, result, request_id)
+    shape = Shape(parsed, result, request_id)
     if parsed.stream:
         events = _events(shape, gateway, routed, result, started)
         return EventStreamResponse(events, headers=headers)
@@ -155,102 +192,8 @@ def _ms_since(started: float) -> int:
     return round((time.perf_counter() - started) * 1000)
 
 
-class _Shape:
-    """The answer in OpenAI's words, whole or as stream chunks."""
-
-    def __init__(self, parsed: ChatBody, result: RouteResult, request_id: str) -> None:
-        self.parsed = parsed
-        self.result = result
-        self.id = f"chatcmpl-{request_id.replace('-', '')}"
-        self.created = int(time.time())
-        self.request_id = request_id
-        # Who answered: the provider's name, or the tier that stood in for one.
-        self.model = result.provider or result.tier
-
-    def failover(self) -> dict[str, Any]:
-        result = self.result
-        return {
-            "tier": result.tier,
-            "provider": result.provider or None,
-            "is_fallback": result.is_fallback,
-            "degradation_notice": result.degradation_notice,
-            "request_id": self.request_id,
-            "cached_age_s": result.cached_age_s,
-        }
-
-    def usage(self) -> dict[str, int]:
-        result = self.result
-        return {
-            "prompt_tokens": result.tokens_in,
-            "completion_tokens": result.tokens_out,
-            "total_tokens": result.tokens_in + result.tokens_out,
-        }
-
-    def completion(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "object": "chat.completion",
-            "created": self.created,
-            "model": self.model,
-            "system_fingerprint": None,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": self.result.text, "refusal": None},
-                    "logprobs": None,
-                    "finish_reason": self.result.finish_reason,
-                }
-            ],
-            "usage": self.usage(),
-            "failover": self.failover(),
-        }
-
-    def chunk(
-        self,
-        delta: dict[str, Any],
-        finish_reason: str | None = None,
-        *,
-        failover: bool = False,
-    ) -> bytes:
-        body: dict[str, Any] = {
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "system_fingerprint": None,
-            "choices": [
-                {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-            ],
-        }
-        if self.parsed.include_usage:
-            body["usage"] = None
-        if failover:
-            body["failover"] = self.failover()
-        return _event(body)
-
-    def usage_chunk(self) -> bytes:
-        return _event(
-            {
-                "id": self.id,
-                "object": "chat.completion.chunk",
-                "created": self.created,
-                "model": self.model,
-                "system_fingerprint": None,
-                "choices": [],
-                "usage": self.usage(),
-            }
-        )
-
-
-def _event(body: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n"
-
-
-DONE = b"data: [DONE]\n\n"
-
-
 async def _events(
-    shape: _Shape, gateway: Gateway, routed: RouteRequest, result: RouteResult, started: float
+    shape: Shape, gateway: Gateway, routed: RouteRequest, result: RouteResult, started: float
 ) -> AsyncIterator[bytes]:
     """The stream: the role and the first text (already here: the router waited for it),
     the rest as it arrives, the finish, the usage if asked, `[DONE]`. A provider that breaks
@@ -271,16 +214,7 @@ async def _events(
             await finish_stream(result, error)
         client_gone = False
         if error is not None:
-            yield _event(
-                {
-                    "error": {
-                        "message": "The provider's answer broke off; it is incomplete.",
-                        "type": "server_error",
-                        "param": None,
-                        "code": "stream_interrupted",
-                    }
-                }
-            )
+            yield BROKEN
             return
         yield shape.chunk({}, result.finish_reason)
         if shape.parsed.include_usage:

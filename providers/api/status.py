@@ -1,15 +1,97 @@
-"""`GET /api/v1/status`: the live state of every provider, its budgets and the kill switch."""
+"""`GET /api/v1/status`: the live state of every provider, its budgets and the kill switch.
+
+Spend, caps and breaker state are the operator's: the status needs a client key whose app may
+read it, or the session of a staff user signed in to the admin.
+"""
 
 from __future__ import annotations
 
+from importlib import import_module
 from typing import Any
 
+from django.conf import settings
+from django.contrib.auth import get_user
 from django.http import HttpRequest, JsonResponse
 
+from failover_site.runtime.background import run_db
 from failover_site.runtime.gateway import get_gateway
-from providers.api.common import ApiError, checked_host, error_response, json_errors
-from providers.engine.health import provider_health
+from providers.api.access import Refusal, identify, presented_key
+from providers.api.common import ApiError, checked_host, error_response, json_errors, refused
+from providers.engine.breaker import Mode, State
+from providers.engine.config import Snapshot
+from providers.engine.health import DEGRADED, DISABLED, DOWN, HEALTHY, Health, provider_health
 from providers.state.contract import Windows, spend_key
+
+_NUMBER: dict[str, Any] = {"type": "number"}
+_BUDGET: dict[str, Any] = {
+    "type": "object",
+    "required": ["id", "scope", "period", "cap", "currency", "spent", "used_pct"],
+    "properties": {
+        "id": {"type": "integer"},
+        "scope": {"type": "string"},
+        "period": {"type": "string"},
+        "cap": _NUMBER,
+        "currency": {"type": "string"},
+        "spent": _NUMBER,
+        "used_pct": _NUMBER,
+    },
+}
+_PROVIDER: dict[str, Any] = {
+    "type": "object",
+    "required": ["name", "kind", "model", "priority", "is_local", "health", "sentinel"],
+    "properties": {
+        "name": {"type": "string"},
+        "kind": {"type": "string"},
+        "model": {"type": "string"},
+        "priority": {"type": "integer"},
+        "is_local": {"type": "boolean"},
+        "health": {"enum": [HEALTHY, DEGRADED, DOWN, DISABLED]},
+        "sentinel": {"enum": [h.value for h in Health]},
+        "breaker": {
+            "type": "object",
+            "required": ["state", "mode", "consecutive_failures", "seconds_to_half_open"],
+            "properties": {
+                "state": {"enum": [s.value for s in State]},
+                "mode": {"enum": [m.value for m in Mode]},
+                "reason": {"type": "string"},
+                "consecutive_failures": {"type": "integer"},
+                "seconds_to_half_open": _NUMBER,
+            },
+        },
+        "window": {
+            "type": "object",
+            "required": ["seconds", "calls", "failure_rate_pct", "p95_ms", "calls_per_minute"],
+            "properties": {
+                "seconds": _NUMBER,
+                "calls": {"type": "integer"},
+                "failure_rate_pct": _NUMBER,
+                "p95_ms": {"type": ["number", "null"]},
+                "calls_per_minute": _NUMBER,
+            },
+        },
+        "budgets": {"type": "array", "items": _BUDGET},
+    },
+}
+STATUS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "Every provider's breaker, health and budgets; the kill switch.",
+    "required": ["kill_switch", "providers", "budgets", "state_store", "config_version"],
+    "properties": {
+        "kill_switch": {
+            "type": "object",
+            "required": ["state", "provider"],
+            "properties": {"state": {"type": "string"}, "provider": {"type": ["string", "null"]}},
+        },
+        "providers": {"type": "array", "items": _PROVIDER},
+        "budgets": {"type": "array", "items": _BUDGET},
+        "state_store": {
+            "type": "object",
+            "required": ["backend", "ok"],
+            "properties": {"backend": {"type": "string"}, "ok": {"type": "boolean"}},
+        },
+        "config_version": {"type": "integer"},
+    },
+}
 
 
 @json_errors
@@ -23,6 +105,9 @@ async def status(request: HttpRequest) -> JsonResponse:
         return error_response(problem)
     gateway = get_gateway()
     snapshot = await gateway.snapshots.current()
+    refusal = await _status_refusal(request, snapshot)
+    if refusal is not None:
+        return refused(refusal, error_response)
     policy = snapshot.policy
     windows = Windows(policy.bucket_s, policy.failure_window_s, policy.p95_window_s)
     now = gateway.clock.wall()
@@ -81,6 +166,40 @@ async def status(request: HttpRequest) -> JsonResponse:
             "config_version": snapshot.version,
         }
     )
+
+
+async def _status_refusal(request: HttpRequest, snapshot: Snapshot) -> Refusal | None:
+    if presented_key(request) is not None:
+        caller = identify(request, snapshot)
+        if isinstance(caller, Refusal):
+            return caller
+        if caller.app is None or not caller.app.can_read_status:
+            return Refusal(
+                ApiError(403, "status_not_allowed", "This client key may not read the status.")
+            )
+        return None
+    session_key = request.COOKIES.get(settings.SESSION_COOKIE_NAME)
+    if session_key:
+        signed_in: bool = await run_db(staff_session, session_key)
+        if signed_in:
+            return None
+    return Refusal(
+        ApiError(
+            401,
+            "missing_api_key",
+            "The status needs a client key that may read it, or a staff user's admin session.",
+        ),
+        {"WWW-Authenticate": 'Bearer realm="failover-gateway"'},
+    )
+
+
+def staff_session(session_key: str) -> bool:
+    """Whether the session is a signed-in, active staff user's (as the admin would see it:
+    Django's own checks, a changed password ending the session among them)."""
+    holder = HttpRequest()
+    holder.session = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    user = get_user(holder)
+    return bool(user.is_authenticated and user.is_active and user.is_staff)
 
 
 def _budget_use(budget: Any, spent: float) -> dict[str, Any]:

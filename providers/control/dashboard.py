@@ -33,6 +33,10 @@ class BudgetUse:
         return min(100.0, self.used_pct)
 
     @property
+    def summary(self) -> str:
+        return f"{self.label}: {self.spent} of {self.cap} {self.currency}"
+
+    @property
     def level(self) -> str:
         return (
             "stop"

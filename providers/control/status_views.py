@@ -1,5 +1,6 @@
 """The live status page (the admin's front page), its partial, the kill switch and the
-provider actions."""
+provider actions. Each takes the live status's own permission: the panel shows every
+provider's spend, breaker and incidents."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from providers.engine.breaker import Mode
 from providers.models import KillSwitch, Provider
 from providers.services import policy, provider_actions
 
+STATUS_PERMISSION = "providers.view_status"
 KILL_SWITCH_PERMISSION = "providers.flip_kill_switch"
 PROVIDER_PERMISSION = "providers.change_provider"
 PROVIDER_ACTIONS = ("enable", "disable", "up", "down", "reset", "force_open")
@@ -34,6 +36,18 @@ def urls(site: AdminSite) -> list[URLPattern]:
             name="control-provider-action",
         ),
     ]
+
+
+def front_page_context(request: HttpRequest) -> dict[str, Any]:
+    """The admin's front page: the live status for those who may see it."""
+    if not request.user.has_perm(STATUS_PERMISSION):
+        return {"can_view_status": False}
+    return {"can_view_status": True, **status_context(request)}
+
+
+def _status_viewer(request: HttpRequest) -> None:
+    if not request.user.has_perm(STATUS_PERMISSION):
+        raise PermissionDenied("The live status takes its own permission.")
 
 
 def status_context(request: HttpRequest, **extra: Any) -> dict[str, Any]:
@@ -56,11 +70,13 @@ def _panel(request: HttpRequest, status: int = 200, **extra: Any) -> TemplateRes
 
 @require_GET
 def status_partial(request: HttpRequest) -> HttpResponse:
+    _status_viewer(request)
     return _panel(request)
 
 
 @require_POST
 def kill_switch(request: HttpRequest) -> HttpResponse:
+    _status_viewer(request)  # the answer is the panel
     if not request.user.has_perm(KILL_SWITCH_PERMISSION):
         raise PermissionDenied("Flipping the kill switch takes its own permission.")
     mode = request.POST.get("mode", "")
@@ -84,6 +100,7 @@ def kill_switch(request: HttpRequest) -> HttpResponse:
 
 @require_POST
 def provider_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
+    _status_viewer(request)  # the answer is the panel
     if not request.user.has_perm(PROVIDER_PERMISSION):
         raise PermissionDenied("Changing providers takes the provider change permission.")
     if action not in PROVIDER_ACTIONS:

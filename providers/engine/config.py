@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+from providers.engine.clients import Clients
 from providers.engine.faq import FaqIndex
 
 # What a request gets when nothing else can answer, until an operator words it otherwise.
@@ -35,6 +36,8 @@ class ProviderConfig:
     price_output_per_1m: Decimal = Decimal("0")
     api_key: str = field(default="", repr=False)
     api_key_env: str = ""  # the variable's name: a provider that names one needs it set
+    # Why its key is missing ("OPENAI_API_KEY is not set …", or a name the rule refuses).
+    api_key_problem: str = ""
 
     @property
     def http_base_url(self) -> str:
@@ -90,6 +93,12 @@ class PolicyConfig:
     sentinel_paid_probe: bool = False
     keepalive_enabled: bool = False
     keepalive_interval_s: int = 180
+    # Requests without a client key (providers/api/access.py).
+    anonymous_access: bool = False
+    anonymous_requests_per_minute: int = 10
+    anonymous_tokens_per_minute: int = 20_000
+    anonymous_origins: frozenset[str] = frozenset()
+    anonymous_allow_cloud: bool = False
 
     @property
     def bucket_s(self) -> int:
@@ -125,6 +134,16 @@ class Snapshot:
     policy: PolicyConfig
     budgets: tuple[BudgetConfig, ...] = ()
     faq: FaqIndex = field(default_factory=lambda: FaqIndex(()))
+    clients: Clients = field(default_factory=Clients)
+
+    @property
+    def cors_origins(self) -> frozenset[str]:
+        """Every origin a browser may call the API from: some client app's, or the anonymous
+        widget's while anonymous access is on."""
+        origins = self.clients.origins
+        if self.policy.anonymous_access:
+            origins |= self.policy.anonymous_origins
+        return origins
 
     @property
     def primary(self) -> ProviderConfig | None:

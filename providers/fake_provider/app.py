@@ -19,7 +19,7 @@ import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from providers.fake_provider import dialects
+from providers.fake_provider import dialects, leaks
 from providers.fake_provider.config import HANG_CAP_SECONDS, ConfigError, FakeConfig, FakeState
 from providers.fake_provider.dialects import ANTHROPIC, OLLAMA, OPENAI, Reply
 
@@ -72,6 +72,7 @@ class FakeProviderApp:
         dialect, endpoint = route
         chat = endpoint == "chat"
         config, rate_fail = self.state.record(path, chat=chat)
+        echo = leaks.credentials_of(scope["headers"]) if config.echo_key else ""
         body = await read_body(receive) if method == "POST" else b""
         # GET /v1/models is shared: OpenAI's clients send a bearer key, Anthropic's x-api-key.
         key_dialects = (OPENAI, ANTHROPIC) if endpoint == "models" else (dialect,)
@@ -80,26 +81,28 @@ class FakeProviderApp:
             and config.api_key
             and not any(_authorized(scope, d, config.api_key) for d in key_dialects)
         ):
-            await _deliver(dialects.error(dialect, "unauthorized"), send)
+            await _deliver(dialects.error(dialect, "unauthorized"), send, echo)
             return
         request: dict[str, Any] = {}
         if chat:
             parsed = _parse_chat(dialect, body)
             if isinstance(parsed, Reply):
-                await _deliver(parsed, send)
+                await _deliver(parsed, send, echo)
                 return
             request = parsed
         mode = config.mode if chat or config.scope == "all" else "ok"
         if mode != "ok":
-            handled = await _fault(dialect, mode, config, request, receive, send)
+            handled = await _fault(dialect, mode, config, request, receive, send, echo)
             if handled:
                 return
-        if rate_fail:
+        if rate_fail or (mode == "stream_error" and not _wants_stream(dialect, request)):
             reply = dialects.error(dialect, "error", status=config.status)
         else:
             reply = _answer(dialect, endpoint, config, request)
         if mode == "malformed" and reply.status == 200:
             reply = _malformed(reply)
+        elif mode == "stream_error" and reply.stream:
+            reply = leaks.broken_stream(dialect, reply, echo)
         elif mode == "cut_stream" and reply.status == 200:
             await _cut(reply, config.delay_ms / 1000, receive, send)
             return
@@ -109,7 +112,7 @@ class FakeProviderApp:
             return
         if stall and await disconnected_within(receive, stall):
             return
-        await _deliver(reply, send)
+        await _deliver(reply, send, echo)
 
     async def _control(self, method: str, path: str, receive: Receive, send: Send) -> None:
         if (method, path) == ("GET", "/_control/stats"):
@@ -247,12 +250,14 @@ async def _fault(
     request: dict[str, Any],
     receive: Receive,
     send: Send,
+    echo: str,
 ) -> bool:
     """Play the fault before answering; True when the call is done with."""
     if mode == "hang":
         if not await disconnected_within(receive, HANG_CAP_SECONDS):
             message = "The fake provider hung for its maximum time."
-            await _deliver(dialects.error(dialect, "error", status=504, message=message), send)
+            reply = dialects.error(dialect, "error", status=504, message=message)
+            await _deliver(reply, send, echo)
         return True
     if mode == "slow":
         return await disconnected_within(receive, config.delay_ms / 1000)
@@ -266,7 +271,7 @@ async def _fault(
             prompt_tokens=prompt_tokens,
             retry_after=config.retry_after,
         )
-        await _deliver(reply, send)
+        await _deliver(reply, send, echo)
         return True
     return False
 
@@ -287,8 +292,10 @@ def _malformed(reply: Reply) -> Reply:
     return Reply(200, reply.content_type, (broken,), headers=reply.headers)
 
 
-async def _deliver(reply: Reply, send: Send) -> None:
-    """Send a whole (not streamed) reply with its Content-Length."""
+async def _deliver(reply: Reply, send: Send, echo: str = "") -> None:
+    """Send a whole (not streamed) reply with its Content-Length; an error's message quoting
+    `echo` (the request's credentials) when it is given."""
+    reply = leaks.echoing(reply, echo)
     body = reply.chunks[0]
     headers = [
         (b"content-type", reply.content_type),

@@ -16,6 +16,12 @@ The fault modes (`mode`), played on the chat endpoints, or on every endpoint whe
 - malformed: a 200 whose body (or a stream's first chunk) is broken off mid-JSON.
 - cut_stream: the first chunk of a stream (or half of a whole body), delay_ms, then the
   connection dropped.
+- stream_error: a stream's first text, then the dialect's error event (the stream breaks with
+  an error in its own words); an answer that is not streamed is an `error`.
+
+`echo_key` makes every error (the modes above, a refused key, error_rate's failures) quote the
+credentials the request carried (its Authorization or x-api-key header) in its message, as a
+careless server or proxy might (`leaks`).
 
 `chunk_delay_ms` paces any streamed answer, whatever the mode: it is the wait between one chunk
 and the next, so a stream can be made to last long enough to cut or cancel it midway.
@@ -43,6 +49,7 @@ MODES = (
     "cut_stream",
     "overloaded",
     "stall",
+    "stream_error",
 )
 SCOPES = ("chat", "all")
 DEFAULT_MODELS = ("llama3.1:8b", "gpt-4o-mini")
@@ -73,6 +80,7 @@ class FakeConfig:
     text: str = DEFAULT_TEXT
     models: tuple[str, ...] = DEFAULT_MODELS
     api_key: str | None = None
+    echo_key: bool = False
     # The answer split into tokens (words with their leading whitespace): joining the first n
     # gives the answer cut to n tokens, and each one is a stream chunk.
     pieces: tuple[str, ...] = field(init=False, repr=False, compare=False)
@@ -125,6 +133,12 @@ def _rate(name: str, value: Any) -> float:
     return float(value)
 
 
+def _flag(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(name, "must be true or false")
+    return value
+
+
 def _text(name: str, value: Any) -> str:
     if not isinstance(value, str):
         raise ConfigError(name, "must be a string")
@@ -166,6 +180,7 @@ _VALIDATORS = {
     "text": _text,
     "models": _models,
     "api_key": _optional_string,
+    "echo_key": _flag,
 }
 
 

@@ -1,5 +1,5 @@
 """The control plane's data: the provider registry, the failover policy, the static answers and
-the record of every operator change and outage.
+the client apps that may call the API, and the record of every operator change and outage.
 
 Models hold data and small properties; writes go through `providers.services`. One module per
 model (or close family); this package is the one place Django and the rest of the code import
@@ -9,6 +9,7 @@ them from.
 from __future__ import annotations
 
 from providers.models.audit import ChangeAction, ConfigChange, Incident, IncidentClosedReason
+from providers.models.client_app import ClientApp
 from providers.models.policy import (
     CacheMode,
     FailoverPolicy,
@@ -24,6 +25,7 @@ __all__ = [
     "TASK_NAME",
     "CacheMode",
     "ChangeAction",
+    "ClientApp",
     "ConfigChange",
     "FailoverPolicy",
     "Incident",

@@ -9,6 +9,7 @@ from django.db import models
 from django.db.models import Q
 
 from providers.engine.config import DEFAULT_DEGRADATION_MESSAGE
+from providers.models.client_app import origin_list_validator
 from providers.models.provider import Provider
 from providers.models.validators import TASK_NAME, at_least, percent
 
@@ -78,6 +79,15 @@ class FailoverPolicy(models.Model):
             ),
         ),
         ("Alerts", ("alert_cooldown_s", "flap_window_s")),
+        (
+            "Anonymous access",
+            (
+                "anonymous_access",
+                ("anonymous_requests_per_minute", "anonymous_tokens_per_minute"),
+                "anonymous_origins",
+                "anonymous_allow_cloud",
+            ),
+        ),
         (
             "Cost, cache and static answers",
             (
@@ -245,6 +255,36 @@ class FailoverPolicy(models.Model):
         "flap window (s)", default=60, validators=at_least(1, "The flap window")
     )
 
+    # Anonymous access: a public website widget calling without a key
+    anonymous_access = models.BooleanField(
+        default=False,
+        help_text="Answer requests that carry no client key (a public website widget), with "
+        "the per-address limits below. Off: every request needs a client app's key.",
+    )
+    anonymous_requests_per_minute = models.PositiveIntegerField(
+        "anonymous requests per minute, per address",
+        default=10,
+        validators=at_least(1, "Anonymous requests per minute"),
+    )
+    anonymous_tokens_per_minute = models.PositiveIntegerField(
+        "anonymous tokens per minute, per address",
+        default=20_000,
+        help_text="0 for no token limit.",
+    )
+    anonymous_origins = models.TextField(
+        "anonymous origins",
+        blank=True,
+        validators=[origin_list_validator],
+        help_text="The browser origins the widget runs on, one per line (e.g. "
+        "https://www.example.com). When set, an anonymous request must come from one of "
+        "them. An Origin header is easy to forge outside a browser: the per-address limits "
+        "are what hold.",
+    )
+    anonymous_allow_cloud = models.BooleanField(
+        default=False,
+        help_text="Whether anonymous requests may reach paid cloud providers.",
+    )
+
     # Cost, cache and the static tier
     cloud_share_target_pct = models.FloatField(
         "cloud share target (%)", default=5.0, validators=percent("The cloud share target")
@@ -275,7 +315,11 @@ class FailoverPolicy(models.Model):
     class Meta:
         verbose_name = "failover policy"
         verbose_name_plural = "failover policy"
-        permissions = [("flip_kill_switch", "Can flip the kill switch")]
+        permissions = [
+            ("flip_kill_switch", "Can flip the kill switch"),
+            # The control room's live status: spend, breakers and incidents, every provider.
+            ("view_status", "Can view the live status"),
+        ]
         constraints = [
             models.CheckConstraint(condition=Q(id=1), name="failover_policy_singleton"),
         ]

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import os
 from decimal import Decimal
 
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
 
+from providers.models.secret_env import ENV_VAR_NAME, secret_env_problem, secret_env_read
 from providers.models.validators import at_least, env_var_name_validator, http_url_validator
 
 
@@ -29,7 +30,9 @@ class Provider(models.Model):
         "base URL",
         max_length=500,
         validators=[http_url_validator],
-        help_text="e.g. http://127.0.0.1:11434 for Ollama, https://api.openai.com for OpenAI.",
+        help_text="e.g. http://127.0.0.1:11434 for Ollama, https://api.openai.com for OpenAI. "
+        "Loopback and private addresses need OUTBOUND_ALLOW; link-local and cloud metadata "
+        "addresses are never called.",
     )
     model = models.CharField(max_length=200, help_text="The model name the provider expects.")
     api_key_env = models.CharField(
@@ -96,7 +99,22 @@ class Provider(models.Model):
     def __str__(self) -> str:
         return f"{self.name} ({self.get_kind_display()}, {self.model})"
 
+    def clean(self) -> None:
+        # The key variable must be one the secret-variable rule allows (a name that isn't a
+        # variable name at all is the field's own validator's to report).
+        name = self.api_key_env
+        if name and ENV_VAR_NAME.fullmatch(name):
+            problem = secret_env_problem(name)
+            if problem:
+                raise ValidationError({"api_key_env": problem}, code="secret_env_not_allowed")
+
+    @property
+    def api_key_problem(self) -> str:
+        """Why this process has no key for it ("" when it has one, or needs none), without
+        reading the key out."""
+        return secret_env_read(self.api_key_env)[1] if self.api_key_env else ""
+
     @property
     def api_key_configured(self) -> bool:
-        """Whether the named variable is set in this process, without reading it out."""
-        return bool(self.api_key_env and os.environ.get(self.api_key_env))
+        """Whether the named variable is allowed and set in this process."""
+        return bool(self.api_key_env) and not self.api_key_problem

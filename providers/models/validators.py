@@ -8,15 +8,11 @@ from django.core.validators import (
     MaxValueValidator,
     MinValueValidator,
     RegexValidator,
-    URLValidator,
 )
 
-http_url_validator = URLValidator(
-    schemes=["http", "https"],
-    message="Enter an http:// or https:// URL.",
-    # Its own code, so a form doesn't swap the message for its generic "Enter a valid URL."
-    code="invalid_url_scheme",
-)
+# An http(s) URL the outbound URL policy allows: kept here beside the other shared validators.
+from providers.models.outbound import http_url_validator as http_url_validator
+
 env_var_name_validator = RegexValidator(
     r"^[A-Z_][A-Z0-9_]*$",
     "Enter the name of an environment variable (capitals, digits and underscores, "

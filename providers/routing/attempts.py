@@ -11,6 +11,7 @@ from typing import Any
 
 from providers.adapters.errors import ERROR_TABLE, ErrorClass, ErrorRule, ProviderError
 from providers.adapters.messages import Completion, estimate_tokens
+from providers.adapters.scrub import scrub
 from providers.adapters.stream import CompletionStream
 from providers.engine import breaker
 from providers.engine.breaker import Admission, BreakerState
@@ -18,6 +19,7 @@ from providers.engine.budgets import budget_gate
 from providers.engine.config import PolicyConfig, ProviderConfig
 from providers.engine.health import health_skip
 from providers.routing.answer_cache import cache_write
+from providers.routing.rate_limits import rate_increments, rate_recorded
 from providers.routing.walk import MIN_ATTEMPT_S, Attempt, AttemptResult, Ticket, Walk
 from providers.state.contract import Sample, SpendIncrement, Windows, spend_key
 
@@ -157,7 +159,8 @@ async def attempt(
         # An adapter bug or an answer no rule foresaw: still this provider's failure, never
         # the client's 500. Logged in full, since it means the error table needs a row.
         logger.exception("provider %s failed in an unforeseen way", name)
-        error = ProviderError(ErrorClass.MALFORMED, f"unexpected {type(exc).__name__}: {exc}")
+        detail = scrub(f"unexpected {type(exc).__name__}: {exc}", (provider.api_key,))
+        error = ProviderError(ErrorClass.MALFORMED, detail[:500])
     latency_s = ports.clock.mono() - ticket.started
 
     if stream is not None:  # settled when it ends (finish_stream)
@@ -192,6 +195,10 @@ async def settle(
                 SpendIncrement(key, float(cost), ttl)
                 for key, ttl in (ticket.keys[b.id] for b in ticket.budgets)
             )
+    rate_spend, rate_read = rate_increments(
+        walk.request.rate,
+        completion.tokens_in + completion.tokens_out if completion is not None else 0,
+    )
     now = ports.clock.wall()
     saved = None
     if cache and error is None and completion is not None and walk.cache_key:
@@ -211,12 +218,13 @@ async def settle(
         windows=windows(policy),
         want_stats=breaker.needs_window(outcome, policy),
         probe_version=state.version if ticket.was_probe else None,
-        spend=spend,
+        spend=spend + rate_spend,
         cache=saved,
-        read_spend=[key for key, _ in ticket.keys.values()],
+        read_spend=[*(key for key, _ in ticket.keys.values()), *rate_read],
     )
     current, stats = recorded.state, recorded.stats
     ports.readings.note(name, current, recorded.spent, ports.clock.mono())
+    rate_recorded(ports, walk.request.rate)
     new_state, new_events = breaker.on_outcome(
         name,
         current,

@@ -26,6 +26,7 @@ from providers.engine.config import ProviderConfig, Snapshot
 from providers.routing.answer_cache import CachedAnswer, answer_key, cache_read
 from providers.routing.attempts import settle
 from providers.routing.ports import Ports, Runtime
+from providers.routing.rate_limits import rate_settle
 from providers.routing.strategies import hedged, in_turn, ordered
 from providers.routing.walk import Attempt, AttemptResult, Refused, RouteRequest, Ticket, Walk
 
@@ -87,6 +88,8 @@ class _Pending:
 async def route(request: RouteRequest, runtime: Runtime) -> RouteResult:
     snapshot = await runtime.snapshots.current()
     result = await _route(request, snapshot, runtime.ports)
+    if result._pending is None:  # a stream is counted when it is settled
+        await rate_settle(runtime.ports, request.rate)
     result.store_prompt = snapshot.policy.store_prompts
     return result
 
@@ -131,7 +134,7 @@ async def _route(request: RouteRequest, snapshot: Snapshot, ports: Ports) -> Rou
     else:
         answered = await in_turn(walk, candidates, attempts)
     if isinstance(answered, Refused):
-        return _client_error(answered.error, answered.provider, attempts, walk.events)
+        return _client_error(walk, answered.error, answered.provider, attempts)
     if answered is not None:
         return _answered(walk, answered, attempts, forced_reason)
 
@@ -244,11 +247,11 @@ def _answered(
 
 
 def _client_error(
-    error: ProviderError,
-    provider: ProviderConfig,
-    attempts: list[Attempt],
-    events: list[BreakerEvent],
+    walk: Walk, error: ProviderError, provider: ProviderConfig, attempts: list[Attempt]
 ) -> RouteResult:
+    """A provider's 400 goes back as one, in the gateway's words only: an upstream's text is
+    for the operator (the call record's attempts), never for the caller, who gets the request
+    id to ask about."""
     status = error.status if error.status in (400, 422) else 400
     return RouteResult(
         text="",
@@ -257,11 +260,12 @@ def _client_error(
         reason="client_error",
         error={
             "code": "invalid_request",
-            "message": f"The provider rejected the request: {error.message}",
+            "message": "The provider rejected the request as invalid; its reason is in the "
+            f"gateway's call record for request {walk.request.request_id}.",
             "provider": provider.name,
         },
         attempts=attempts,
-        events=events,
+        events=walk.events,
     )
 
 

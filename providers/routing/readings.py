@@ -12,6 +12,9 @@ so cooldowns, probe slots and overrides keep their exact cross-process semantics
 bounded: another process's move of a closed breaker (an opening, an operator's override) is
 seen within `max_age_s`, or at once by the first call whose reply shows it. With an in-process
 store there is no round trip to save, and `max_age_s` is 0.
+
+The rate windows' counters are heard the same way (`providers.routing.rate_limits`), with the
+requests this process has admitted on them that no reply shows yet.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ class Readings:
         self.max_age_s = max_age_s
         self._breakers: dict[str, tuple[BreakerState, float]] = {}
         self._spent: dict[str, tuple[float, float]] = {}
+        # Rate subject -> requests admitted here on what was heard, not yet recorded.
+        self._pending: dict[str, int] = {}
 
     def lookup(
         self, name: str, spend_keys: Iterable[str], now: float
@@ -47,13 +52,35 @@ class Readings:
             spent[key] = value[0]
         return state, spent
 
+    def values(self, keys: Iterable[str], now: float) -> dict[str, float] | None:
+        """The counters heard within `max_age_s` of `now`, or None unless every one was."""
+        if self.max_age_s <= 0:
+            return None
+        heard: dict[str, float] = {}
+        for key in keys:
+            value = self._spent.get(key)
+            if value is None or now - value[1] > self.max_age_s:
+                return None
+            heard[key] = value[0]
+        return heard
+
+    def pending(self, subject: str) -> int:
+        return self._pending.get(subject, 0)
+
+    def pending_move(self, subject: str, by: int) -> None:
+        left = self._pending.get(subject, 0) + by
+        if left > 0:
+            self._pending[subject] = left
+        else:
+            self._pending.pop(subject, None)
+
     def note(
-        self, name: str, state: BreakerState | None, spent: dict[str, float], now: float
+        self, name: str | None, state: BreakerState | None, spent: dict[str, float], now: float
     ) -> None:
         """What a read or a record's reply said at `now` (monotonic)."""
         if self.max_age_s <= 0:
             return
-        if state is not None:
+        if state is not None and name is not None:
             self._breakers[name] = (state, now)
         for key, value in spent.items():
             self._spent[key] = (value, now)

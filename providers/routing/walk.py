@@ -15,6 +15,7 @@ from providers.adapters.stream import CompletionStream
 from providers.engine.breaker import BreakerEvent, BreakerState
 from providers.engine.config import BudgetConfig, PolicyConfig, ProviderConfig, Snapshot
 from providers.routing.ports import Ports
+from providers.routing.rate_limits import RateTicket
 
 # An attempt with less time than this left isn't worth starting.
 MIN_ATTEMPT_S = 0.05
@@ -32,6 +33,7 @@ class RouteRequest:
     use_cache: bool = True
     prefer: str = ""  # a provider asked for by name: tried first, then the cascade
     sticky_key: str = ""  # the user or session the weighted strategy keeps on one provider
+    rate: RateTicket | None = None  # the caller's place in its rate window, counted with a record
 
 
 @dataclass(slots=True)

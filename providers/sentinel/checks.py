@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from providers.adapters.base import ProviderAdapter
 from providers.adapters.errors import ErrorClass
 from providers.adapters.messages import HealthResult
+from providers.adapters.scrub import scrub
 from providers.engine.config import PolicyConfig, ProviderConfig
 from providers.engine.health import Health, HealthState, health_ttl
 
@@ -50,9 +51,8 @@ async def check(adapter: ProviderAdapter, *, timeout: float, inference: bool) ->
         )
     except Exception as exc:  # an adapter bug: this provider's bad check, never the sentinel's
         logger.exception("health check of %s failed in an unforeseen way", adapter.name)
-        return HealthResult(
-            False, 0.0, f"unexpected {type(exc).__name__}: {exc}"[:300], ErrorClass.MALFORMED
-        )
+        detail = scrub(f"unexpected {type(exc).__name__}: {exc}", (adapter.config.api_key,))
+        return HealthResult(False, 0.0, detail[:300], ErrorClass.MALFORMED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,10 +92,9 @@ async def _check_and_record(
     if adapter is None:
         result = HealthResult(False, 0.0, f"no adapter for kind {provider.kind}")
     elif provider.api_key_env and not provider.api_key:
-        # Without its key a check can only be refused: say so without calling it.
-        result = HealthResult(
-            False, 0.0, f"its API key variable {provider.api_key_env} is not set", ErrorClass.AUTH
-        )
+        # Without its key a check can only be refused: say so (and why) without calling it.
+        problem = provider.api_key_problem or f"{provider.api_key_env} is not set"
+        result = HealthResult(False, 0.0, f"no API key: {problem}", ErrorClass.AUTH)
     else:
         result = await check(
             adapter,

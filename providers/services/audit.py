@@ -15,7 +15,11 @@ from providers.models import ChangeAction, ConfigChange
 from providers.signals import config_committed_send
 
 # Bookkeeping fields that move on every save; a change record lists what an operator changed.
-_NOT_AUDITED = frozenset({"created_at", "updated_at", "updated_by", "hit_count", "last_hit_at"})
+# A client key's digest stays out of the record too: the record is for reading, the digest
+# only for checking keys.
+_NOT_AUDITED = frozenset(
+    {"created_at", "updated_at", "updated_by", "hit_count", "last_hit_at", "key_digest"}
+)
 
 Actor = AbstractBaseUser | AnonymousUser | None
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from providers.engine.breaker import BreakerState, Mode, WindowStats
 from providers.engine.health import HealthState
+from providers.engine.rate import Limits, RateKeys
 from providers.state import histogram
 
 
@@ -174,6 +175,16 @@ class StateStore(ABC):
     async def seed_spend(self, key: str, amount: float, ttl_s: int) -> None:
         """Raise a spend counter to at least `amount`, the ledger's figure: a counter lost with
         a Redis restart comes back, one ahead of the (batched) ledger is kept as it is."""
+
+    @abstractmethod
+    async def rate_take(
+        self, keys: RateKeys, limits: Limits, *, ttl_s: int, check: bool = True
+    ) -> tuple[bool, dict[str, float]]:
+        """Count one request against a subject's rate window if it fits (`rate.judge`'s rule,
+        applied atomically: across processes no two requests take the same last slot), or
+        unconditionally with `check=False`. Answers whether it was counted and the four
+        counters as they then are. A steady request's count rides on `record` instead, as
+        spend increments of these keys; this is the exact check near a limit."""
 
     @abstractmethod
     async def cache_get(self, key: str) -> str | None:

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from providers.engine.breaker import BreakerState, Mode, State, WindowStats
 from providers.engine.health import Health, HealthState, next_health
+from providers.engine.rate import Limits, RateKeys, judge
 from providers.state import histogram
 from providers.state.contract import (
     CacheWrite,
@@ -94,8 +95,11 @@ class MemoryStore(StateStore):
         the health window's time is the `now` given."""
         self._states: dict[str, BreakerState] = {}
         self._buckets: dict[str, dict[int, Bucket]] = {}  # name -> bucket index -> fields
-        # A few keys per budget and period; they stay for the process's life, like the ledger.
+        # Counters: a few per budget and period, and the rate windows' (two a minute per
+        # client); each lapses after its ttl, like its Redis key, swept every so many writes.
         self._spend: dict[str, float] = {}
+        self._spend_expiry: dict[str, float] = {}  # key -> when it lapses, on `clock`
+        self._writes_since_sweep = 0
         self._version = 0
         self._version_lock = threading.Lock()
         self._cache = AnswerCache(
@@ -111,7 +115,7 @@ class MemoryStore(StateStore):
     async def read(
         self, name: str, spend_keys: Iterable[str] = ()
     ) -> tuple[BreakerState, dict[str, float]]:
-        spent = {key: self._spend.get(key, 0.0) for key in spend_keys}
+        spent = {key: self._counter(key) for key in spend_keys}
         return self._with_health(name, self._states.get(name, BreakerState())), spent
 
     def _with_health(self, name: str, state: BreakerState) -> BreakerState:
@@ -163,13 +167,13 @@ class MemoryStore(StateStore):
                 current = replace(current, probes_succeeded=current.probes_succeeded + 1)
         self._states[name] = current
         for increment in spend:
-            self._spend[increment.key] = self._spend.get(increment.key, 0.0) + increment.amount
+            self._count(increment.key, increment.amount, increment.ttl_s)
         if cache is not None:
             self._cache.put(cache.key, cache.value, cache.ttl_s)
         stats = None
         if want_stats:
             stats = self._stats(buckets, windows, index, windows.bucket(current.closed_at))
-        spent = {key: self._spend.get(key, 0.0) for key in read_spend}
+        spent = {key: self._counter(key) for key in read_spend}
         spent.update((increment.key, self._spend[increment.key]) for increment in spend)
         return Recorded(self._with_health(name, current), stats, spent)
 
@@ -242,11 +246,42 @@ class MemoryStore(StateStore):
         summaries = {
             name: summarize(self._buckets.get(name, {}).items(), windows, now) for name in names
         }
-        spent = {key: self._spend.get(key, 0.0) for key in spend_keys}
+        spent = {key: self._counter(key) for key in spend_keys}
         return StatusRead(breakers, summaries, spent)
 
+    def _count(self, key: str, amount: float, ttl_s: int) -> float:
+        now = self._clock()
+        if self._spend_expiry.get(key, now + 1) <= now:  # lapsed: it starts again from zero
+            self._spend.pop(key, None)
+        value = self._spend[key] = self._spend.get(key, 0.0) + amount
+        self._spend_expiry[key] = now + ttl_s
+        self._writes_since_sweep += 1
+        if self._writes_since_sweep >= 1024:
+            self._writes_since_sweep = 0
+            for lapsed in [k for k, until in self._spend_expiry.items() if until <= now]:
+                del self._spend_expiry[lapsed]
+                self._spend.pop(lapsed, None)
+        return value
+
+    def _counter(self, key: str) -> float:
+        until = self._spend_expiry.get(key)
+        if until is not None and until <= self._clock():
+            return 0.0
+        return self._spend.get(key, 0.0)
+
     async def seed_spend(self, key: str, amount: float, ttl_s: int) -> None:
-        self._spend[key] = max(self._spend.get(key, 0.0), amount)
+        if self._counter(key) < amount:
+            self._spend[key] = amount
+            self._spend_expiry[key] = self._clock() + ttl_s
+
+    async def rate_take(
+        self, keys: RateKeys, limits: Limits, *, ttl_s: int, check: bool = True
+    ) -> tuple[bool, dict[str, float]]:
+        counts = {key: self._counter(key) for key in keys.all}
+        if check and not judge(limits, counts, keys).admitted:
+            return False, counts
+        counts[keys.requests_now] = self._count(keys.requests_now, 1.0, ttl_s)
+        return True, counts
 
     async def cache_get(self, key: str) -> str | None:
         return self._cache.get(key)

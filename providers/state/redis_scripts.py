@@ -134,6 +134,26 @@ end
 return 1
 """
 
+# `rate.judge` in Lua (change both). KEYS: requests previous/current minute, tokens
+# previous/current minute. ARGV: the previous minute's weight, requests and tokens per minute
+# (0: no limit), the counters' ttl, whether to check (0: count regardless).
+RATE_TAKE = """
+local w = tonumber(ARGV[1])
+local rpm, tpm = tonumber(ARGV[2]), tonumber(ARGV[3])
+local v = {}
+for i = 1, 4 do v[i] = tonumber(redis.call('GET', KEYS[i]) or '0') end
+local ok = 1
+if ARGV[5] == '1' then
+  if rpm > 0 and v[1] * w + v[2] + 1 > rpm then ok = 0 end
+  if tpm > 0 and v[3] * w + v[4] >= tpm then ok = 0 end
+end
+if ok == 1 then
+  v[2] = tonumber(redis.call('INCRBYFLOAT', KEYS[2], 1))
+  redis.call('EXPIRE', KEYS[2], tonumber(ARGV[4]))
+end
+return {ok, tostring(v[1]), tostring(v[2]), tostring(v[3]), tostring(v[4])}
+"""
+
 # `health.next_health` in Lua (change both): the window is a string of 1s and 0s, newest last;
 # `since` is kept as the caller's own text, so a float never goes through Lua's formatting.
 HEALTH_RECORD = """

@@ -25,6 +25,7 @@ import redis.asyncio as aioredis
 
 from providers.engine.breaker import BreakerState, Mode, WindowStats
 from providers.engine.health import Health, HealthState
+from providers.engine.rate import Limits, RateKeys
 from providers.state import histogram
 from providers.state import redis_scripts as scripts
 from providers.state.contract import (
@@ -75,6 +76,7 @@ class RedisStore(StateStore):
                 client.register_script(scripts.SEED_SPEND),
                 client.register_script(scripts.RELEASE_PROBE),
                 client.register_script(scripts.HEALTH_RECORD),
+                client.register_script(scripts.RATE_TAKE),
             )
         return entry
 
@@ -222,6 +224,21 @@ class RedisStore(StateStore):
 
     async def seed_spend(self, key: str, amount: float, ttl_s: int) -> None:
         await self._client()[5](keys=[f"fo:{key}"], args=[repr(amount), ttl_s])
+
+    async def rate_take(
+        self, keys: RateKeys, limits: Limits, *, ttl_s: int, check: bool = True
+    ) -> tuple[bool, dict[str, float]]:
+        ok, *values = await self._client()[8](
+            keys=[f"fo:{key}" for key in keys.all],
+            args=[
+                repr(keys.weight),
+                limits.requests_per_minute,
+                limits.tokens_per_minute,
+                ttl_s,
+                int(check),
+            ],
+        )
+        return bool(ok), {key: float(value) for key, value in zip(keys.all, values, strict=True)}
 
     async def cache_get(self, key: str) -> str | None:
         value: str | None = await self._client()[0].get(f"fo:{key}")

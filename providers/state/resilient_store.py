@@ -13,6 +13,7 @@ import redis
 
 from providers.engine.breaker import BreakerState, Mode
 from providers.engine.health import HealthState
+from providers.engine.rate import Limits, RateKeys
 from providers.state.contract import (
     CacheWrite,
     Recorded,
@@ -155,6 +156,14 @@ class ResilientStore(StateStore):
 
     async def seed_spend(self, key: str, amount: float, ttl_s: int) -> None:
         await self._call("seed_spend", key, amount, ttl_s)
+
+    async def rate_take(
+        self, keys: RateKeys, limits: Limits, *, ttl_s: int, check: bool = True
+    ) -> tuple[bool, dict[str, float]]:
+        result: tuple[bool, dict[str, float]] = await self._call(
+            "rate_take", keys, limits, ttl_s=ttl_s, check=check
+        )
+        return result
 
     async def cache_get(self, key: str) -> str | None:
         value: str | None = await self._call("cache_get", key)

@@ -37,25 +37,33 @@ class TestTelegram:
         assert "not the bot token itself" in errors[0]
 
     def test_a_base_url_that_is_not_http_is_refused(self):
-        config = {"bot_token_env": "TG_TOKEN", "chat_id": 42, "api_base_url": "ftp://tg.example"}
+        config = {
+            "bot_token_env": "TELEGRAM_BOT_TOKEN",
+            "chat_id": 42,
+            "api_base_url": "ftp://tg.example",
+        }
         assert config_errors("telegram", config) == [
             "api_base_url: enter an http:// or https:// URL (not 'ftp://tg.example')."
         ]
 
     def test_a_chat_id_that_is_neither_a_number_nor_a_username_is_refused(self):
-        errors = config_errors("telegram", {"bot_token_env": "TG_TOKEN", "chat_id": "ops chat"})
+        errors = config_errors(
+            "telegram", {"bot_token_env": "TELEGRAM_BOT_TOKEN", "chat_id": "ops chat"}
+        )
         assert errors == ["chat_id: 'ops chat' is neither a numeric chat id nor an @username."]
 
     def test_the_defaults_are_filled_in_and_a_numeric_chat_id_becomes_a_number(self):
-        config = cleaned("telegram", {"bot_token_env": "TG_TOKEN", "chat_id": "-100123"})
+        config = cleaned("telegram", {"bot_token_env": "TELEGRAM_BOT_TOKEN", "chat_id": "-100123"})
         assert config == {
-            "bot_token_env": "TG_TOKEN",
+            "bot_token_env": "TELEGRAM_BOT_TOKEN",
             "chat_id": -100123,
             "api_base_url": "https://api.telegram.org",
         }
 
     def test_a_channel_username_is_kept_as_it_is(self):
-        config = cleaned("telegram", {"bot_token_env": "TG_TOKEN", "chat_id": "@ops_alerts"})
+        config = cleaned(
+            "telegram", {"bot_token_env": "TELEGRAM_BOT_TOKEN", "chat_id": "@ops_alerts"}
+        )
         assert config["chat_id"] == "@ops_alerts"
 
 
@@ -111,7 +119,7 @@ class TestWebhook:
 
 
 def test_an_unknown_key_is_named_with_the_keys_the_kind_takes():
-    errors = config_errors("slack", {"webhook_url_env": "SLACK_URL", "channel": "#ops"})
+    errors = config_errors("slack", {"webhook_url_env": "SLACK_WEBHOOK_URL", "channel": "#ops"})
     assert errors == ["Unknown key(s): channel (this kind takes webhook_url_env)."]
 
 

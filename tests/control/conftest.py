@@ -13,8 +13,10 @@ import httpx
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
+from django.contrib.contenttypes.models import ContentType
 
 from failover_site.runtime.gateway import Gateway, make_store, set_gateway
+from tests.factories import AUTH
 from tests.providers.conftest import (  # noqa: F401 - fixtures used through the ones below
     _flush_test_redis,
     primary,
@@ -81,8 +83,22 @@ def platform_url(providers_configured) -> Iterator[str]:  # noqa: F811
     _flush_test_redis()
 
 
+def status_permission() -> Permission:
+    """The live status's permission (`FailoverPolicy.Meta.permissions`), made here should the
+    test database have been migrated before the model declared it."""
+    from providers.models import FailoverPolicy
+
+    permission, _ = Permission.objects.get_or_create(
+        content_type=ContentType.objects.get_for_model(FailoverPolicy),
+        codename="view_status",
+        defaults={"name": "Can view the live status"},
+    )
+    return permission
+
+
 def make_operator(username: str, *, permissions: tuple[str, ...] | None = None):
     """A staff user: a superuser, or one holding just `permissions` ("app.codename")."""
+    status_permission()
     users = get_user_model()
     if permissions is None:
         return users.objects.create_superuser(username, f"{username}@example.com", PASSWORD)
@@ -104,7 +120,9 @@ def log_in(page, base_url: str, username: str) -> None:
 
 
 def ask(base_url: str, prompt: str) -> dict:
-    response = httpx.post(f"{base_url}/api/v1/complete", json={"prompt": prompt}, timeout=15)
+    response = httpx.post(
+        f"{base_url}/api/v1/complete", json={"prompt": prompt}, headers=AUTH, timeout=15
+    )
     assert response.status_code == 200, response.text
     return response.json()
 

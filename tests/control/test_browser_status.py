@@ -98,7 +98,11 @@ def test_forcing_a_breaker_open_and_resetting_it(page, platform_url):
 def test_an_operator_without_the_permission_cannot_flip_the_switch(page, platform_url):
     make_operator(
         "viewer",
-        permissions=("providers.view_provider", "providers.view_failoverpolicy"),
+        permissions=(
+            "providers.view_status",
+            "providers.view_provider",
+            "providers.view_failoverpolicy",
+        ),
     )
     log_in(page, platform_url, "viewer")
     assert page.locator(".kill-switch-form").count() == 0

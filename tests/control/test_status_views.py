@@ -20,6 +20,7 @@ from providers.services import policy as policy_services
 from providers.services import provider_actions
 from providers.state.contract import WindowSummary
 from providers.state.memory_store import MemoryStore
+from tests.control.conftest import status_permission
 from tests.factories import make_call_record, make_provider, make_user
 
 pytestmark = pytest.mark.django_db
@@ -49,9 +50,11 @@ def cloud():
 
 @pytest.fixture
 def operator_client(client):
+    status_permission()
     user = make_user(
         username="ops",
         perms=(
+            "providers.view_status",
             "providers.view_provider",
             "providers.change_provider",
             "providers.flip_kill_switch",

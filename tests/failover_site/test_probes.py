@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
 import time
 
 import pytest
@@ -67,6 +69,52 @@ def test_readyz_reports_an_unreachable_redis_as_not_ready(client, closed_port):
     assert "ConnectionError" in body["checks"]["redis"]["error"]
     assert "local state" in body["checks"]["redis"]["routing"]
     assert body["checks"]["database"]["ok"] is True
+
+
+def test_readyz_tells_anyone_else_only_ready(client):
+    response = client.get("/readyz", REMOTE_ADDR="203.0.113.9")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ready"}
+
+
+def test_readyz_tells_anyone_else_only_not_ready_with_no_error_text(client, closed_port):
+    with override_settings(REDIS_URL=f"redis://127.0.0.1:{closed_port}/0"):
+        outside = client.get("/readyz", REMOTE_ADDR="203.0.113.9")
+        inside = client.get("/readyz", REMOTE_ADDR="127.0.0.1")
+    assert outside.status_code == 503
+    assert outside.json() == {"status": "not_ready"}
+    assert b"Error" not in outside.content and str(closed_port).encode() not in outside.content
+    # The machine itself (the default allowed address) is told which check failed and why.
+    assert inside.status_code == 503
+    assert "ConnectionError" in inside.json()["checks"]["redis"]["error"]
+
+
+def test_readyz_names_the_checks_to_an_allowed_network(client):
+    with override_settings(PROBE_DETAIL_ALLOWED_IPS=["10.0.0.0/8", "2001:db8::/32"]):
+        from_network = client.get("/readyz", REMOTE_ADDR="10.1.2.3")
+        from_ipv6 = client.get("/readyz", REMOTE_ADDR="2001:db8::7")
+        from_loopback = client.get("/readyz", REMOTE_ADDR="127.0.0.1")
+    assert from_network.json()["checks"]["database"]["ok"] is True
+    assert "checks" in from_ipv6.json()
+    assert from_loopback.json() == {"status": "ready"}  # no longer on the list
+
+
+def test_an_invalid_allowed_address_fails_at_start_up(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()"],
+        env={
+            "PATH": os.environ["PATH"],
+            "ENV_FILE": "",
+            "DATA_DIR": str(tmp_path),
+            "DJANGO_SETTINGS_MODULE": "failover_site.settings",
+            "PROBE_DETAIL_ALLOWED_IPS": "127.0.0.1,not-an-address",
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode != 0
+    assert "PROBE_DETAIL_ALLOWED_IPS" in result.stderr and "not-an-address" in result.stderr
 
 
 @pytest.mark.services

@@ -26,6 +26,7 @@ from providers.fake_provider import FakeProvider
 from providers.models import Provider
 from providers.selectors import policy_get
 from providers.services.seeding import static_answers_load_defaults
+from tests.factories import AUTH, make_client_app
 
 
 @dataclass
@@ -60,9 +61,11 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def providers_configured(transactional_db, primary, secondary) -> dict[str, Provider]:
-    """ollama-local (self-hosted, priority 10) → openai-cloud (priority 20), the 50 answers."""
+    """ollama-local (self-hosted, priority 10) → openai-cloud (priority 20), the 50 answers,
+    and the suite's client app (`TEST_CLIENT_KEY`)."""
     static_answers_load_defaults()
     policy_get()
+    make_client_app(name="suite")
     local = Provider.objects.create(
         name="ollama-local",
         kind="ollama",
@@ -111,7 +114,9 @@ async def api(gateway) -> AsyncIterator[httpx.AsyncClient]:
     from failover_site.asgi import application
 
     transport = httpx.ASGITransport(app=application)
-    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+    async with httpx.AsyncClient(
+        transport=transport, base_url="http://localhost", headers=AUTH
+    ) as client:
         yield client
 
 

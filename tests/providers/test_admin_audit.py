@@ -48,7 +48,7 @@ class TestProviders:
             add_url,
             name="vllm-box",
             kind="openai",
-            base_url="http://10.0.0.5:8000",
+            base_url="http://127.0.0.1:8000",
             model="qwen2.5-7b",
             priority="40",
         )
@@ -89,13 +89,13 @@ class TestProviders:
         assert not ConfigChange.objects.exists()
 
     def test_the_api_key_never_appears_on_a_page(self, client, operator, monkeypatch):
-        monkeypatch.setenv("DEMO_SECRET_KEY_VAR", "sk-live-do-not-show")
-        provider = make_provider(kind="openai", api_key_env="DEMO_SECRET_KEY_VAR")
+        monkeypatch.setenv("FAILOVER_SECRET_DEMO_KEY_VAR", "sk-live-do-not-show")
+        provider = make_provider(kind="openai", api_key_env="FAILOVER_SECRET_DEMO_KEY_VAR")
         url = reverse("admin:providers_provider_change", args=[provider.pk])
         page = client.get(url).content.decode()
         listing = client.get(reverse("admin:providers_provider_changelist")).content.decode()
         assert "sk-live-do-not-show" not in page + listing
-        assert "DEMO_SECRET_KEY_VAR" in page
+        assert "FAILOVER_SECRET_DEMO_KEY_VAR" in page
 
 
 class TestPolicy:

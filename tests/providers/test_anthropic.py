@@ -144,13 +144,13 @@ async def test_an_anthropic_provider_takes_over_in_the_cascade(
 
     from providers.models import Provider
 
-    monkeypatch.setenv("TEST_ANTHROPIC_KEY", KEY)
+    monkeypatch.setenv("FAILOVER_SECRET_TEST_ANTHROPIC_KEY", KEY)
     await sync_to_async(Provider.objects.create)(
         name="anthropic-cloud",
         kind="anthropic",
         base_url=fake.url,
         model=MODEL,
-        api_key_env="TEST_ANTHROPIC_KEY",
+        api_key_env="FAILOVER_SECRET_TEST_ANTHROPIC_KEY",
         priority=15,
         is_local=False,
     )

@@ -4,6 +4,7 @@ PostgreSQL and Redis."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -20,6 +21,7 @@ import redis
 from django.conf import settings
 
 from tests.conftest import child_process_env
+from tests.factories import AUTH
 
 ROOT = Path(__file__).resolve().parents[2]
 QUESTION = "Do you offer refunds?"  # one of the shipped static answers
@@ -36,12 +38,13 @@ def _embedded_env(data_dir: Path) -> dict[str, str]:
     return {**inherited, "ENV_FILE": "", "DEBUG": "true", "DATA_DIR": str(data_dir)}
 
 
-def _manage(env: dict[str, str], *args: str) -> None:
+def _manage(env: dict[str, str], *args: str) -> str:
     result = subprocess.run(
         [sys.executable, "manage.py", *args],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
 
 
 @contextmanager
@@ -75,30 +78,32 @@ def _serving(env: dict[str, str], log_dir: Path) -> Iterator[str]:
         log.close()
 
 
-def _ask(url: str) -> dict:
-    response = httpx.post(f"{url}/api/v1/complete", json={"prompt": QUESTION}, timeout=10)
+def _ask(url: str, auth: dict[str, str]) -> dict:
+    response = httpx.post(
+        f"{url}/api/v1/complete", json={"prompt": QUESTION}, headers=auth, timeout=10
+    )
     assert response.status_code == 200, response.text
     return response.json()
 
 
-def _status(url: str) -> dict:
-    response = httpx.get(f"{url}/api/v1/status", timeout=10)
+def _status(url: str, auth: dict[str, str]) -> dict:
+    response = httpx.get(f"{url}/api/v1/status", headers=auth, timeout=10)
     assert response.status_code == 200, response.text
     return response.json()
 
 
 def _a_kill_switch_flipped_in_a_shell_is_served_within_a_second_and_a_half(
-    url: str, env: dict[str, str]
+    url: str, env: dict[str, str], auth: dict[str, str]
 ) -> None:
-    before = _status(url)
+    before = _status(url, auth)
     assert before["kill_switch"]["state"] == "off"
-    assert _ask(url)["provider"] == "ollama-local"
+    assert _ask(url, auth)["provider"] == "ollama-local"
     _manage(env, "shell", "-c", FLIP_THE_KILL_SWITCH)  # committed before the shell exits
     flipped = time.monotonic()
-    while _ask(url)["tier"] != "static":
+    while _ask(url, auth)["tier"] != "static":
         assert time.monotonic() - flipped < 1.5, "the running server never saw the change"
         time.sleep(0.05)
-    after = _status(url)
+    after = _status(url, auth)
     assert after["kill_switch"]["state"] == "static_only"
     assert after["config_version"] != before["config_version"]
 
@@ -118,8 +123,11 @@ def test_in_the_embedded_mode_a_change_made_in_a_shell_reaches_the_running_serve
         "timeout_s=5)"
     )
     _manage(env, "shell", "-c", set_up)
+    # A client app made the way a deployment scripts one: its key printed once, as JSON.
+    made = json.loads(_manage(env, "clientapp", "create", "drill", "--status", "--json"))
+    auth = {"Authorization": f"Bearer {made['key']}"}
     with _serving(env, tmp_path) as url:
-        _a_kill_switch_flipped_in_a_shell_is_served_within_a_second_and_a_half(url, env)
+        _a_kill_switch_flipped_in_a_shell_is_served_within_a_second_and_a_half(url, env, auth)
 
 
 @pytest.mark.services
@@ -130,6 +138,6 @@ def test_with_postgresql_and_redis_a_change_made_in_a_shell_reaches_the_running_
     env = child_process_env(tmp_path)
     try:
         with _serving(env, tmp_path) as url:
-            _a_kill_switch_flipped_in_a_shell_is_served_within_a_second_and_a_half(url, env)
+            _a_kill_switch_flipped_in_a_shell_is_served_within_a_second_and_a_half(url, env, AUTH)
     finally:
         redis.Redis.from_url(settings.REDIS_URL).flushdb()

@@ -129,6 +129,7 @@ def test_the_thresholds_are_grouped_like_the_admin_and_none_is_left_out():
         "Health sentinel",
         "Requests",
         "Alerts",
+        "Anonymous access",
         "Cost, cache and static answers",
     ]
     grouped = [name for _, names in groups for name in names]

@@ -667,6 +667,7 @@ class TestControl:
                 "text": "Hi",
                 "models": ["phi3"],
                 "api_key": "sk-test",
+                "echo_key": False,
             }
 
 

@@ -416,9 +416,9 @@ async def test_a_provider_whose_key_variable_is_unset_is_bad_without_a_call(
 ):
     from providers.models import Provider
 
-    monkeypatch.delenv("TEST_SENTINEL_CLOUD_KEY", raising=False)
+    monkeypatch.delenv("FAILOVER_SECRET_SENTINEL_KEY", raising=False)
     await sync_to_async(Provider.objects.filter(name="openai-cloud").update)(
-        api_key_env="TEST_SENTINEL_CLOUD_KEY"
+        api_key_env="FAILOVER_SECRET_SENTINEL_KEY"
     )
     await gateway.snapshots.refresh()
     calls = secondary.calls
@@ -426,5 +426,5 @@ async def test_a_provider_whose_key_variable_is_unset_is_bad_without_a_call(
     found = {f.name: f for f in await sentinel_run(gateway)}
 
     cloud = found["openai-cloud"].result
-    assert cloud.ok is False and "TEST_SENTINEL_CLOUD_KEY is not set" in cloud.detail
+    assert cloud.ok is False and "FAILOVER_SECRET_SENTINEL_KEY is not set" in cloud.detail
     assert secondary.calls == calls  # nothing was asked of it

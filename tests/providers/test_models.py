@@ -157,10 +157,10 @@ class TestProvider:
         assert "environment variable" in _errors(provider)["api_key_env"][0]
 
     def test_it_tells_whether_the_key_variable_is_set_without_storing_it(self, monkeypatch):
-        provider = make_provider(kind="openai", api_key_env="TEST_FAILOVER_KEY")
-        monkeypatch.delenv("TEST_FAILOVER_KEY", raising=False)
+        provider = make_provider(kind="openai", api_key_env="FAILOVER_SECRET_TEST_KEY")
+        monkeypatch.delenv("FAILOVER_SECRET_TEST_KEY", raising=False)
         assert provider.api_key_configured is False
-        monkeypatch.setenv("TEST_FAILOVER_KEY", "sk-secret-value")
+        monkeypatch.setenv("FAILOVER_SECRET_TEST_KEY", "sk-secret-value")
         assert provider.api_key_configured is True
         stored = Provider.objects.filter(pk=provider.pk).values()[0]
         assert "sk-secret-value" not in str(stored)

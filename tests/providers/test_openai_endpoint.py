@@ -18,6 +18,7 @@ from asgiref.sync import sync_to_async
 import providers
 from providers.fake_provider import FakeProvider
 from providers.models import Provider
+from tests.factories import TEST_CLIENT_KEY
 from tests.providers.conftest import ledger_rows
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -33,7 +34,7 @@ CLAUDE_TEXT = "Hello from Claude."
 
 def sdk(live_url: str) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(
-        base_url=live_url + "/v1", api_key="unused", max_retries=0, timeout=30
+        base_url=live_url + "/v1", api_key=TEST_CLIENT_KEY, max_retries=0, timeout=30
     )
 
 
@@ -294,10 +295,18 @@ def _chat(**fields: Any) -> dict[str, Any]:
             "invalid_field",
             "Tool messages",
         ),
-        (b'{"model": "auto", "messages": ' + b"[" * 20_000 + b"]" * 20_000 + b"}", None,
-         "invalid_json", "nested more than"),  # fmt: skip
-        (b'{"model": "auto", "messages": [{"role": "user", "content": "Hi \\ud800"}]}',
-         "messages[0].content", "invalid_field", "lone surrogate"),  # fmt: skip
+        (
+            b'{"model": "auto", "messages": ' + b"[" * 20_000 + b"]" * 20_000 + b"}",
+            None,
+            "invalid_json",
+            "nested more than",
+        ),  # fmt: skip
+        (
+            b'{"model": "auto", "messages": [{"role": "user", "content": "Hi \\ud800"}]}',
+            "messages[0].content",
+            "invalid_field",
+            "lone surrogate",
+        ),  # fmt: skip
     ],
     ids=[
         "invalid-json",
@@ -418,13 +427,13 @@ def claude() -> Iterator[FakeProvider]:
 @pytest.fixture
 def anthropic_between(providers_configured, claude, monkeypatch) -> Provider:
     """An Anthropic provider between the primary (10) and openai-cloud (20)."""
-    monkeypatch.setenv("TEST_ANTHROPIC_KEY", CLAUDE_KEY)
+    monkeypatch.setenv("FAILOVER_SECRET_TEST_ANTHROPIC_KEY", CLAUDE_KEY)
     return Provider.objects.create(
         name="anthropic-cloud",
         kind="anthropic",
         base_url=claude.url,
         model=CLAUDE_MODEL,
-        api_key_env="TEST_ANTHROPIC_KEY",
+        api_key_env="FAILOVER_SECRET_TEST_ANTHROPIC_KEY",
         priority=15,
         is_local=False,
         timeout_s=5,

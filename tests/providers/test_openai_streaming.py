@@ -16,6 +16,7 @@ import httpx
 import openai
 import pytest
 
+from tests.factories import AUTH, TEST_CLIENT_KEY
 from tests.providers.conftest import ledger_rows, update_policy
 from tests.providers.test_openai_endpoint import static_answer
 
@@ -29,7 +30,7 @@ STATIC_QUESTION = [{"role": "user", "content": "What are your opening hours?"}]
 
 def sdk(live_url: str) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(
-        base_url=live_url + "/v1", api_key="unused", max_retries=0, timeout=30
+        base_url=live_url + "/v1", api_key=TEST_CLIENT_KEY, max_retries=0, timeout=30
     )
 
 
@@ -52,7 +53,7 @@ async def stream_with_headers(
 async def raw_events(live_url: str, body: dict[str, Any]) -> list[str]:
     """The `data:` payloads of a streamed answer, as sent."""
     async with (
-        httpx.AsyncClient(timeout=30) as http,
+        httpx.AsyncClient(timeout=30, headers=AUTH) as http,
         http.stream("POST", live_url + "/v1/chat/completions", json=body) as response,
     ):
         events = [
@@ -203,7 +204,7 @@ async def test_a_primary_slow_to_its_first_token_is_passed_over_before_a_byte_is
     body = {"model": "auto", "messages": HELLO, "stream": True}
     started = time.monotonic()
     async with (
-        httpx.AsyncClient(timeout=30) as http,
+        httpx.AsyncClient(timeout=30, headers=AUTH) as http,
         http.stream("POST", live_url + "/v1/chat/completions", json=body) as response,
     ):
         # The status line and headers came only once the secondary had its first token.
@@ -235,7 +236,7 @@ async def test_a_client_that_hangs_up_mid_stream_is_recorded_as_client_disconnec
     body = {"model": "auto", "messages": HELLO, "stream": True}
     first_text = ""
     async with (
-        httpx.AsyncClient(timeout=30) as http,
+        httpx.AsyncClient(timeout=30, headers=AUTH) as http,
         http.stream("POST", live_url + "/v1/chat/completions", json=body) as response,
     ):
         assert response.status_code == 200

@@ -531,9 +531,9 @@ async def test_a_provider_whose_key_variable_is_unset_is_skipped_without_a_call(
 ):
     from providers.models import Provider
 
-    monkeypatch.delenv("TEST_ROUTING_CLOUD_KEY", raising=False)
+    monkeypatch.delenv("FAILOVER_SECRET_TEST_ROUTING_CLOUD_KEY", raising=False)
     await sync_to_async(Provider.objects.filter(name="openai-cloud").update)(
-        api_key_env="TEST_ROUTING_CLOUD_KEY"
+        api_key_env="FAILOVER_SECRET_TEST_ROUTING_CLOUD_KEY"
     )
     await gateway.snapshots.refresh()
     primary.stop()

@@ -288,22 +288,6 @@ async def test_weighted_the_same_user_always_lands_on_the_same_provider(
     assert set().union(*by_user.values()) == {"ollama-local", "openai-cloud"}
 
 
-async def test_weighted_the_client_id_keeps_a_client_without_a_user_on_one_provider(
-    api, gateway, primary, secondary
-):
-    await share_one_priority(gateway, local_weight=50, cloud_weight=50)
-    await update_policy(strategy="weighted")
-
-    answered = set()
-    for _ in range(20):
-        response = await api.post(
-            "/api/v1/complete", json={"prompt": "Say hello."}, headers={"X-Client-Id": "shop-web"}
-        )
-        answered.add(response.json()["provider"])
-
-    assert len(answered) == 1
-
-
 async def test_weighted_requests_without_a_user_still_split_by_weight(
     api, gateway, primary, secondary
 ):

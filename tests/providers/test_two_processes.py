@@ -17,6 +17,7 @@ from django.conf import settings
 from billing.models import CallRecord
 from providers.selectors import policy_get
 from tests.conftest import child_process_env
+from tests.factories import AUTH, make_client_app
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -70,8 +71,10 @@ def serving_processes(providers_configured, tmp_path):
 
 
 def _ask(url: str, prompt: str = "Say hello.") -> dict:
-    response = httpx.post(f"{url}/api/v1/complete", json={"prompt": prompt}, timeout=10)
-    assert response.status_code == 200
+    response = httpx.post(
+        f"{url}/api/v1/complete", json={"prompt": prompt}, headers=AUTH, timeout=10
+    )
+    assert response.status_code == 200, response.text
     return response.json()
 
 
@@ -105,7 +108,7 @@ def test_half_open_probes_are_n_in_total_across_processes(serving_processes, pri
     primary.set_fault(mode="slow", delay_ms=400)
 
     async def burst() -> list[dict]:
-        async with httpx.AsyncClient(timeout=10) as client:
+        async with httpx.AsyncClient(timeout=10, headers=AUTH) as client:
             responses = await asyncio.gather(
                 *(
                     client.post(f"{url}/api/v1/complete", json={"prompt": "Say hello."})
@@ -132,3 +135,25 @@ def test_every_request_of_both_processes_reaches_the_ledger(serving_processes, p
             break
         time.sleep(0.2)
     assert stored == ids
+
+
+def test_a_client_apps_rate_limit_holds_across_processes(serving_processes, primary):
+    key = "fgw_two-process-rate-key-00000000000000000000000"
+    make_client_app(key=key, name="two-process", requests_per_minute=6)
+    redis.Redis.from_url(settings.REDIS_URL).incr("fo:config:version")
+    time.sleep(1.2)  # both processes poll the version every 0.5 s
+    first, second = serving_processes
+    statuses, waits = [], []
+    for url in [first, second] * 5:
+        response = httpx.post(
+            f"{url}/api/v1/complete",
+            json={"prompt": "Say hello."},
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=10,
+        )
+        statuses.append(response.status_code)
+        if response.status_code == 429:
+            waits.append(int(response.headers["Retry-After"]))
+    assert statuses == [200] * 6 + [429] * 4
+    assert all(1 <= wait <= 120 for wait in waits)
+    assert primary.calls == 6  # a refused request called nothing

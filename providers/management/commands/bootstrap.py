@@ -1,5 +1,6 @@
 """First-run set-up: the policy row and the 50 static answers, and with --demo the demo
-configuration and an admin user. Safe to run on every start: each part happens once."""
+configuration, an admin user and a client app (its key printed once). Safe to run on every
+start: each part happens once."""
 
 from __future__ import annotations
 
@@ -10,8 +11,21 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from providers.models import ClientApp
 from providers.selectors import policy_get
+from providers.services.client_apps import client_app_create
 from providers.services.seeding import demo_configuration_load, static_answers_load_defaults
+
+# The demo's own frontend: any provider by name, high priority, the status; the usual local
+# development servers' origins.
+DEMO_CLIENT: dict[str, Any] = {
+    "name": "demo",
+    "description": "Made by the demo set-up.",
+    "allowed_models": "*",
+    "allow_high_priority": True,
+    "can_read_status": True,
+    "allowed_origins": "http://localhost:3000\nhttp://localhost:5173\nhttp://127.0.0.1:8000",
+}
 
 
 class Command(BaseCommand):
@@ -41,6 +55,25 @@ class Command(BaseCommand):
         if demo_configuration_load():
             self.stdout.write("Loaded the demo configuration (providers and budgets).")
         self._ensure_admin_user()
+        self._ensure_demo_client()
+
+    def _ensure_demo_client(self) -> None:
+        """The demo's client app, so the README's examples run as they are; its key is shown
+        this once (`manage.py clientapp create` makes another)."""
+        if ClientApp.objects.exists():
+            return
+        app, key = client_app_create(actor=None, reason="demo configuration", **DEMO_CLIENT)
+        banner = "=" * 64
+        self.stdout.write(
+            self.style.WARNING(
+                f"{banner}\n"
+                f"Created the client app '{app.name}'. Its API key is shown this once:\n"
+                f"    {key}\n"
+                "Use it as 'Authorization: Bearer <key>' (export FAILOVER_API_KEY=<key> for "
+                "the README's examples).\n"
+                f"{banner}"
+            )
+        )
 
     def _ensure_admin_user(self) -> None:
         user_model = get_user_model()

@@ -14,3 +14,11 @@ document.addEventListener("DOMContentLoaded", () => {
     ];
   }
 });
+// The status panel refreshes itself every 2 s, except while the operator is filling in one of
+// its forms (the kill switch): the refresh would wipe what they typed.
+document.addEventListener("htmx:beforeRequest", (event) => {
+  const panel = event.detail.elt;
+  if (panel.id === "status-panel" && panel.querySelector("form:focus-within")) {
+    event.preventDefault();
+  }
+});

@@ -1,0 +1,160 @@
+"""Requests and tokens per minute: the sliding window's arithmetic, the stores' atomic check,
+and the limits as a routed request meets them (one round trip while far from a limit)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from asgiref.sync import sync_to_async
+
+from providers.api.access import address_subject
+from providers.engine.rate import Limits, judge, rate_keys, retry_after
+from providers.state.memory_store import MemoryStore
+from tests.factories import make_client_app
+from tests.providers.conftest import ask
+from tests.providers.test_state_stores import store  # noqa: F401 - the two stores' fixture
+
+T0 = 1_700_000_020.0  # 40 s into a minute
+
+
+class TestTheWindow:
+    pytestmark = pytest.mark.backend_free
+
+    def test_the_previous_minute_weighs_by_how_much_of_it_is_still_in_the_window(self):
+        keys = rate_keys("app:shop", T0)
+        assert keys.weight == pytest.approx(1 - 40 / 60)
+        assert keys.requests_now.endswith(f":r:{int(T0 // 60)}")
+        assert keys.requests_prev.endswith(f":r:{int(T0 // 60) - 1}")
+
+    def test_a_request_fits_while_the_estimate_stays_within_the_limit(self):
+        keys = rate_keys("app:shop", T0)
+        counts = {keys.requests_prev: 6.0, keys.requests_now: 7.0}  # 6 * 1/3 + 7 = 9
+        assert judge(Limits(requests_per_minute=10), counts, keys).admitted
+        assert not judge(Limits(requests_per_minute=9), counts, keys).admitted
+
+    def test_requests_admitted_here_but_not_yet_counted_are_added(self):
+        keys = rate_keys("app:shop", T0)
+        counts = {keys.requests_now: 5.0}
+        limits = Limits(requests_per_minute=10)
+        assert judge(limits, counts, keys, extra_requests=4).admitted
+        assert not judge(limits, counts, keys, extra_requests=5).admitted
+
+    def test_a_token_limit_refuses_once_the_window_holds_that_many(self):
+        keys = rate_keys("app:shop", T0)
+        limits = Limits(tokens_per_minute=1000)
+        assert judge(limits, {keys.tokens_now: 999.0}, keys).admitted
+        verdict = judge(limits, {keys.tokens_now: 1000.0}, keys)
+        assert (verdict.admitted, verdict.kind) == (False, "tokens")
+
+    def test_retry_after_waits_for_the_previous_minute_to_drain_enough(self):
+        # 40 s in: previous 30, current 0, room 9 -> 30 * (1 - (40 + t) / 60) <= 9 -> t >= 2
+        assert retry_after(30, 0, 1 - 40 / 60, 9) == 2
+
+    def test_retry_after_a_full_current_minute_is_past_the_minutes_end(self):
+        # 40 s in, current 10 with room 9: 20 s to the minute's end, then 10 * (1 - t/60) <= 9
+        assert retry_after(0, 10, 1 - 40 / 60, 9) == 26
+
+    def test_retry_after_is_at_least_a_second_and_at_most_two_minutes(self):
+        assert retry_after(0, 0, 1.0, 0) == 1
+        assert retry_after(0, 10**9, 1.0, 1) == 120
+
+
+async def test_rate_take_counts_exactly_up_to_the_limit_under_concurrency(store):  # noqa: F811
+    keys = rate_keys("app:shop", T0)
+    limits = Limits(requests_per_minute=10)
+    taken = await asyncio.gather(*(store.rate_take(keys, limits, ttl_s=180) for _ in range(50)))
+    assert sum(counted for counted, _ in taken) == 10
+    counted, counts = await store.rate_take(keys, limits, ttl_s=180)
+    assert not counted and counts[keys.requests_now] == 10
+
+
+async def test_rate_take_without_a_check_always_counts(store):  # noqa: F811
+    keys = rate_keys("app:shop", T0)
+    for _ in range(3):
+        counted, counts = await store.rate_take(keys, Limits(1), ttl_s=180, check=False)
+        assert counted
+    assert counts[keys.requests_now] == 3
+
+
+async def test_a_window_counter_lapses_after_its_ttl_in_memory_as_in_redis():
+    now = [0.0]
+    memory = MemoryStore(clock=lambda: now[0])
+    keys = rate_keys("app:shop", T0)
+    await memory.rate_take(keys, Limits(), ttl_s=180, check=False)
+    now[0] = 179.0
+    assert (await memory.read("x", [keys.requests_now]))[1][keys.requests_now] == 1
+    now[0] = 181.0
+    assert (await memory.read("x", [keys.requests_now]))[1][keys.requests_now] == 0
+    for _ in range(1100):  # enough writes to sweep: lapsed keys don't pile up
+        await memory.rate_take(rate_keys(f"ip:{now[0]}", T0), Limits(), ttl_s=1, check=False)
+        now[0] += 2
+    assert len(memory._spend) < 1100
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_limited_app_is_answered_up_to_its_limit_then_refused(
+    api, gateway, primary, secondary
+):
+    await sync_to_async(make_client_app)(
+        key="fgw_limited-app-key-000000000000000000000000000", requests_per_minute=5
+    )
+    await gateway.snapshots.refresh()
+    headers = {"Authorization": "Bearer fgw_limited-app-key-000000000000000000000000000"}
+    statuses = [
+        (await api.post("/api/v1/complete", json={"prompt": "Hi"}, headers=headers)).status_code
+        for _ in range(8)
+    ]
+    assert statuses == [200] * 5 + [429] * 3
+    assert primary.calls == 5
+
+
+@pytest.mark.services
+@pytest.mark.django_db(transaction=True)
+async def test_a_request_of_a_limited_app_far_from_its_limit_still_makes_one_round_trip(
+    api, gateway, primary, monkeypatch
+):
+    import redis.asyncio.connection as connection
+
+    key = "fgw_busy-app-key-0000000000000000000000000000000"
+    app = await sync_to_async(make_client_app)(
+        key=key, requests_per_minute=10_000, tokens_per_minute=10_000_000
+    )
+    await gateway.snapshots.refresh()
+    api.headers["Authorization"] = f"Bearer {key}"
+    for _ in range(2):  # the first request reads; later ones ride on the replies
+        assert (await ask(api)).json()["tier"] == "primary"
+    request_task = asyncio.current_task()
+    sent: list[object] = []
+    original = connection.AbstractConnection.send_packed_command
+
+    async def counted(self, command, check_health=True):
+        if asyncio.current_task() is request_task:
+            sent.append(command)
+        return await original(self, command, check_health)
+
+    monkeypatch.setattr(connection.AbstractConnection, "send_packed_command", counted)
+    for _ in range(5):
+        sent.clear()
+        assert (await ask(api)).json()["tier"] == "primary"
+        assert len(sent) == 1
+    monkeypatch.undo()
+    # Every request was counted, though none spent a round trip of its own on it.
+    keys = rate_keys(f"app:{app.name}", gateway.clock.wall())
+    _, counts = await gateway.store.read("ollama-local", [keys.requests_prev, keys.requests_now])
+    assert counts[keys.requests_prev] + counts[keys.requests_now] == 7
+
+
+@pytest.mark.backend_free
+@pytest.mark.parametrize(
+    ("address", "subject"),
+    [
+        ("203.0.113.7", "203.0.113.7"),
+        ("2001:db8:1:2:aaaa::1", "2001:db8:1:2::/64"),
+        ("2001:db8:1:2:bbbb::9", "2001:db8:1:2::/64"),
+        ("::ffff:203.0.113.7", "203.0.113.7"),
+        ("unknown", "unknown"),
+    ],
+)
+def test_an_anonymous_callers_window_is_its_ipv4_address_or_its_ipv6_64(address, subject):
+    assert address_subject(address) == subject

@@ -1,0 +1,131 @@
+"""The scrubber: the key in use and anything shaped like a credential leave upstream text, and
+the words an operator needs to read stay. Then the seam itself: every adapter's error, whole or
+streamed, comes out scrubbed of a key that looks like no credential at all."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from providers.adapters import ADAPTERS
+from providers.adapters.errors import ProviderError
+from providers.adapters.messages import CompletionRequest
+from providers.adapters.scrub import REDACTED, scrub
+from providers.engine.config import ProviderConfig
+from providers.fake_provider import FakeProvider
+
+pytestmark = pytest.mark.backend_free
+
+# A key in no known shape (no sk- prefix, too short to look random): only the key in use
+# catches it, which is what these tests are about.
+PLAIN_KEY = "correct-horse-battery-staple"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Authorization: Bearer abc.DEF-123_xyz", "Authorization: Bearer [redacted]"),
+        ("Basic dXNlcjpwYXNzd29yZA==", "Basic [redacted]"),
+        (
+            "Incorrect API key provided: sk-proj-a1b2c3d4e5.",
+            "Incorrect API key provided: [redacted].",
+        ),
+        ("invalid x-api-key sk-ant-api03-Zz9Yy8Xx7", "invalid x-api-key [redacted]"),
+        ("GET /v1/models?api_key=abcd1234&page=2", "GET /v1/models?api_key=[redacted]&page=2"),
+        ("retry with token=hunter22, then", "retry with token=[redacted], then"),
+        ('{"x-api-key": "opaque-value-1"}', '{"x-api-key": "[redacted]"}'),
+        ("password: hunter22", "password: [redacted]"),
+        ("request ghp_ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 refused", "request [redacted] refused"),
+    ],
+)
+def test_it_redacts_what_looks_like_a_credential(text, expected):
+    assert scrub(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "This model's maximum context length is 8192 tokens. However, your messages resulted "
+        "in 9000 tokens.",
+        "The model `gpt-4o-mini` does not exist or you do not have access to it.",
+        "Incorrect API key provided. You can find your API key at "
+        "https://platform.openai.com/account/api-keys.",
+        "prompt is too long: 8193 tokens > 8192 maximum",
+        "The bearer token is invalid",
+        "ConnectError: [Errno 111] Connection refused",
+        "no answer within 5.00 s",
+        "error event: Overloaded overloaded_error",
+    ],
+)
+def test_it_leaves_an_operators_words_alone(text):
+    assert scrub(text) == text
+
+
+def test_the_key_in_use_goes_wherever_it_is_even_in_no_known_shape():
+    text = f"denied ({PLAIN_KEY}); you sent {PLAIN_KEY}!"
+    assert scrub(text, [PLAIN_KEY]) == f"denied ({REDACTED}); you sent {REDACTED}!"
+    assert PLAIN_KEY in scrub(text)  # the proof that only the key in use caught it
+
+
+def test_a_key_too_short_to_look_for_is_not_replaced_everywhere():
+    assert scrub("a bad request", ["a"]) == "a bad request"
+
+
+def test_scrubbing_twice_changes_nothing_more():
+    once = scrub(f"api_key={PLAIN_KEY} Bearer {PLAIN_KEY}", [PLAIN_KEY])
+    assert scrub(once, [PLAIN_KEY]) == once == "api_key=[redacted] Bearer [redacted]"
+
+
+# The seam: what each adapter raises ---------------------------------------------------------
+
+MODELS = {"ollama": "llama3.1:8b", "openai": "gpt-4o-mini", "anthropic": "claude-3-5-haiku"}
+
+
+def config(kind: str, url: str) -> ProviderConfig:
+    return ProviderConfig(
+        name=f"{kind}-test",
+        kind=kind,
+        base_url=url,
+        model=MODELS[kind],
+        priority=10,
+        is_local=False,
+        timeout_s=5.0,
+        context_window=8192,
+        api_key=PLAIN_KEY,
+    )
+
+
+async def failure(kind: str, fake: FakeProvider, *, stream: bool) -> ProviderError:
+    async with httpx.AsyncClient() as client:
+        adapter = ADAPTERS[kind](config(kind, fake.url), client)
+        request = CompletionRequest(prompt="Say hello.")
+        with pytest.raises(ProviderError) as caught:
+            if stream:
+                answer: Any = await adapter.stream(request, timeout=5, first_token_timeout=5)
+                async for _ in answer.rest():
+                    pass
+            else:
+                await adapter.complete(request, timeout=5)
+    return caught.value
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+@pytest.mark.parametrize("mode", ["unauthorized", "bad_request", "error"])
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+async def test_an_error_body_quoting_the_key_is_raised_scrubbed(kind, mode, stream):
+    with FakeProvider(models=[MODELS[kind]], api_key=PLAIN_KEY, echo_key=True) as fake:
+        fake.set_fault(mode=mode)
+        error = await failure(kind, fake, stream=stream)
+    assert "the request carried" in error.message  # the fake did quote it
+    assert PLAIN_KEY not in error.message and REDACTED in error.message
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+async def test_a_streams_error_event_quoting_the_key_is_raised_scrubbed(kind):
+    with FakeProvider(models=[MODELS[kind]], api_key=PLAIN_KEY, echo_key=True) as fake:
+        fake.set_fault(mode="stream_error")
+        error = await failure(kind, fake, stream=True)
+    assert error.message.startswith("error event: The model crashed mid-answer.")
+    assert PLAIN_KEY not in error.message and REDACTED in error.message
