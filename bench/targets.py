@@ -132,6 +132,8 @@ class Bench:
             SECRET_KEY=secrets.token_urlsafe(50),
             ALLOWED_HOSTS="127.0.0.1,localhost",
             SECURE_SSL_REDIRECT="false",
+            # The upstream is on this machine, as a self-hosted Ollama often is.
+            OUTBOUND_ALLOW="loopback",
             DJANGO_SETTINGS_MODULE="failover_site.settings",
             PYTHONUNBUFFERED="1",
         )

@@ -268,7 +268,7 @@ API_REQUIRE_HTTPS = env.bool("API_REQUIRE_HTTPS", default=SECURE_SSL_REDIRECT)
 API_MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # CORS for the client apps' origins (the CORS_* settings above): preflights answered here.
-    "corsheaders.middleware.CorsMiddleware",
+    "failover_site.cors.ApiCorsMiddleware",
 ]
 SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=not DEBUG)
 CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=not DEBUG)

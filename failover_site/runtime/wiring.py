@@ -25,7 +25,7 @@ def _on_config_committed(**_: Any) -> None:
 def cors_origin_allowed(request: HttpRequest, **_: Any) -> bool:
     """Whether the request's Origin may read the API's answers. In memory, on the loop: the
     snapshot the requests route on (before the process's first snapshot, no origin is)."""
-    origin = request.headers.get("Origin", "").rstrip("/").lower()
+    origin = request.META.get("HTTP_ORIGIN", "").rstrip("/").lower()
     snapshot = gateway.get_gateway().snapshots.latest()
     return bool(origin) and snapshot is not None and origin in snapshot.cors_origins
 

@@ -46,13 +46,14 @@ class Refusal:
 def presented_key(request: HttpRequest) -> str | None:
     """The key as the caller sent it: `Authorization: Bearer …` (what OpenAI's SDKs send) or
     `X-Api-Key`; None when neither is there."""
-    authorization = request.headers.get("Authorization", "")
+    # Read from META, not `request.headers`: that builds a dict of every header per request.
+    authorization = request.META.get("HTTP_AUTHORIZATION", "")
     if authorization:
         scheme, _, credentials = authorization.partition(" ")
         if scheme.lower() == "bearer" and credentials.strip():
             return credentials.strip()
         return ""  # something else in the header: not a key of ours
-    key = request.headers.get("X-Api-Key")
+    key = request.META.get("HTTP_X_API_KEY")
     return key.strip() if key is not None else None
 
 
@@ -91,7 +92,7 @@ def _unauthorized(code: str, message: str) -> Refusal:
 def identify(request: HttpRequest, snapshot: Snapshot) -> Caller | Refusal:
     """The caller by its key (or anonymous, where the policy allows), and its origin checked."""
     key = presented_key(request)
-    origin = request.headers.get("Origin", "").rstrip("/").lower()
+    origin = request.META.get("HTTP_ORIGIN", "").rstrip("/").lower()
     policy = snapshot.policy
     if key is None:
         if not policy.anonymous_access:

@@ -135,3 +135,20 @@ def test_the_openai_endpoint_answers_a_browsers_preflight_with_what_an_sdk_sends
     assert {"*", "authorization"} <= set(allowed)
     assert "POST" in response.headers["access-control-allow-methods"]
     assert "access-control-allow-credentials" not in response.headers
+
+
+def test_a_servers_call_without_an_origin_gets_no_cors_headers_and_a_browsers_does(
+    platform_url, origins
+):
+    shop = origins[0]
+    _, key = client_app_create(actor=None, name="shop-web", allowed_origins=shop)
+    url = f"{platform_url}/api/v1/complete"
+    _until_served(url, shop)
+    auth = {"Authorization": f"Bearer {key}"}
+    server = httpx.post(url, json={"prompt": "Hi"}, headers=auth)
+    assert server.status_code == 200
+    assert not [name for name in server.headers if name.startswith("access-control-")]
+    browser = httpx.post(url, json={"prompt": "Hi"}, headers={**auth, "Origin": shop})
+    assert browser.headers["access-control-allow-origin"] == shop
+    assert "X-Failover-Tier" in browser.headers["access-control-expose-headers"]
+    assert "origin" in browser.headers["vary"].lower()
