@@ -74,6 +74,20 @@ def json_errors(
     return wrapped
 
 
+def wrong_method(
+    request: HttpRequest,
+    allowed: str,
+    render: Callable[[ApiError], JsonResponse] = error_response,
+    message: str = "",
+) -> JsonResponse | None:
+    """The 405 (with `Allow`) for a request by another method than `allowed`, or None."""
+    if request.method == allowed:
+        return None
+    response = render(ApiError(405, "method_not_allowed", message or f"Use {allowed}."))
+    response["Allow"] = allowed
+    return response
+
+
 def checked_envelope(request: HttpRequest) -> ApiError | None:
     content_type = request.content_type or ""
     if content_type != "application/json":

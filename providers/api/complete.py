@@ -27,6 +27,7 @@ from providers.api.common import (
     refused,
     route_request,
     route_safely,
+    wrong_method,
 )
 from providers.api.fields import JsonSchema
 from providers.api.validation import parse_complete
@@ -67,10 +68,9 @@ async def not_found(request: HttpRequest) -> JsonResponse:
 @json_errors
 async def complete(request: HttpRequest) -> JsonResponse:
     started = time.perf_counter()
-    if request.method != "POST":
-        response = error_response(ApiError(405, "method_not_allowed", "Use POST with a JSON body."))
-        response["Allow"] = "POST"
-        return response
+    wrong = wrong_method(request, "POST", message="Use POST with a JSON body.")
+    if wrong is not None:
+        return wrong
     problem = checked_host(request)
     if problem is None:
         problem = checked_envelope(request)

@@ -34,6 +34,7 @@ from providers.api.common import (
     refused,
     route_request,
     route_safely,
+    wrong_method,
 )
 from providers.api.fields import JsonSchema
 from providers.api.json_body import ApiError
@@ -48,12 +49,6 @@ def openai_error(error: ApiError) -> JsonResponse:
 
 
 openai_json_errors = functools.partial(json_errors, render=openai_error)
-
-
-def _method_not_allowed(allowed: str) -> JsonResponse:
-    response = openai_error(ApiError(405, "method_not_allowed", f"Use {allowed}."))
-    response["Allow"] = allowed
-    return response
 
 
 @openai_json_errors
@@ -88,8 +83,9 @@ MODELS_SCHEMA: JsonSchema = {
 
 @openai_json_errors
 async def models(request: HttpRequest) -> JsonResponse:
-    if request.method != "GET":
-        return _method_not_allowed("GET")
+    wrong = wrong_method(request, "GET", openai_error)
+    if wrong is not None:
+        return wrong
     problem = checked_host(request)
     if problem is not None:
         return openai_error(problem)
@@ -120,8 +116,9 @@ async def models(request: HttpRequest) -> JsonResponse:
 @openai_json_errors
 async def chat_completions(request: HttpRequest) -> HttpResponseBase:
     started = time.perf_counter()
-    if request.method != "POST":
-        return _method_not_allowed("POST")
+    wrong = wrong_method(request, "POST", openai_error)
+    if wrong is not None:
+        return wrong
     problem = checked_host(request) or checked_envelope(request)
     if problem is not None:
         return openai_error(problem)

@@ -25,9 +25,10 @@ from providers.api.common import (
     checked_host,
     error_response,
     json_errors,
+    wrong_method,
 )
 from providers.api.complete import ANSWER_SCHEMA
-from providers.api.json_body import ERROR_SCHEMA, ApiError
+from providers.api.json_body import ERROR_SCHEMA
 from providers.api.openai_chat import MODELS_SCHEMA
 from providers.api.openai_shapes import CHUNK_SCHEMA, COMPLETION_SCHEMA, stream_event_schema
 from providers.api.openai_shapes import ERROR_SCHEMA as OPENAI_ERROR_SCHEMA
@@ -284,10 +285,9 @@ def _document_bytes() -> bytes:
 
 @json_errors
 async def openapi_json(request: HttpRequest) -> HttpResponseBase:
-    if request.method != "GET":
-        response = error_response(ApiError(405, "method_not_allowed", "Use GET."))
-        response["Allow"] = "GET"
-        return response
+    wrong = wrong_method(request, "GET")
+    if wrong is not None:
+        return wrong
     problem = checked_host(request)
     if problem is not None:
         return error_response(problem)

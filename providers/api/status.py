@@ -16,7 +16,14 @@ from django.http import HttpRequest, JsonResponse
 from failover_site.runtime.background import run_db
 from failover_site.runtime.gateway import get_gateway
 from providers.api.access import Refusal, identify, presented_key
-from providers.api.common import ApiError, checked_host, error_response, json_errors, refused
+from providers.api.common import (
+    ApiError,
+    checked_host,
+    error_response,
+    json_errors,
+    refused,
+    wrong_method,
+)
 from providers.engine.breaker import Mode, State
 from providers.engine.config import Snapshot
 from providers.engine.health import DEGRADED, DISABLED, DOWN, HEALTHY, Health, provider_health
@@ -96,10 +103,9 @@ STATUS_SCHEMA: dict[str, Any] = {
 
 @json_errors
 async def status(request: HttpRequest) -> JsonResponse:
-    if request.method != "GET":
-        response = error_response(ApiError(405, "method_not_allowed", "Use GET."))
-        response["Allow"] = "GET"
-        return response
+    wrong = wrong_method(request, "GET")
+    if wrong is not None:
+        return wrong
     problem = checked_host(request)
     if problem is not None:
         return error_response(problem)

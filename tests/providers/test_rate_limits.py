@@ -12,7 +12,7 @@ from providers.api.access import address_subject
 from providers.engine.rate import Limits, judge, rate_keys, retry_after
 from providers.state.memory_store import MemoryStore
 from tests.factories import make_client_app
-from tests.providers.conftest import ask
+from tests.providers.conftest import round_trips_of_steady_requests
 from tests.providers.test_state_stores import store  # noqa: F401 - the two stores' fixture
 
 T0 = 1_700_000_020.0  # 40 s into a minute
@@ -114,7 +114,6 @@ async def test_a_limited_app_is_answered_up_to_its_limit_then_refused(
 async def test_a_request_of_a_limited_app_far_from_its_limit_still_makes_one_round_trip(
     api, gateway, primary, monkeypatch
 ):
-    import redis.asyncio.connection as connection
 
     key = "fgw_busy-app-key-0000000000000000000000000000000"
     app = await sync_to_async(make_client_app)(
@@ -122,23 +121,7 @@ async def test_a_request_of_a_limited_app_far_from_its_limit_still_makes_one_rou
     )
     await gateway.snapshots.refresh()
     api.headers["Authorization"] = f"Bearer {key}"
-    for _ in range(2):  # the first request reads; later ones ride on the replies
-        assert (await ask(api)).json()["tier"] == "primary"
-    request_task = asyncio.current_task()
-    sent: list[object] = []
-    original = connection.AbstractConnection.send_packed_command
-
-    async def counted(self, command, check_health=True):
-        if asyncio.current_task() is request_task:
-            sent.append(command)
-        return await original(self, command, check_health)
-
-    monkeypatch.setattr(connection.AbstractConnection, "send_packed_command", counted)
-    for _ in range(5):
-        sent.clear()
-        assert (await ask(api)).json()["tier"] == "primary"
-        assert len(sent) == 1
-    monkeypatch.undo()
+    assert await round_trips_of_steady_requests(api, monkeypatch) == [1] * 5
     # Every request was counted, though none spent a round trip of its own on it.
     keys = rate_keys(f"app:{app.name}", gateway.clock.wall())
     _, counts = await gateway.store.read("ollama-local", [keys.requests_prev, keys.requests_now])

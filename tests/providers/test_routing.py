@@ -13,7 +13,12 @@ from billing.models import Budget, CallRecord
 from failover_site.runtime import snapshots as snapshots_module
 from providers.engine.breaker import State
 from providers.models import Provider
-from tests.providers.conftest import ask, ledger_rows, update_policy
+from tests.providers.conftest import (
+    ask,
+    ledger_rows,
+    round_trips_of_steady_requests,
+    update_policy,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -569,24 +574,4 @@ async def test_timeouts_count_as_slow_calls_as_the_error_table_says(
 async def test_a_plain_request_that_succeeds_first_time_makes_one_redis_round_trip(
     api, gateway, primary, monkeypatch
 ):
-    import redis.asyncio.connection as connection
-
-    for _ in range(2):  # the first request reads the breaker; later ones ride on the replies
-        assert (await ask(api)).json()["tier"] == "primary"
-    request_task = asyncio.current_task()
-    sent: list[object] = []
-    original = connection.AbstractConnection.send_packed_command
-
-    async def counted(self, command, check_health=True):
-        # Only this request's own exchanges: the background poller and the ledger run in
-        # tasks of their own.
-        if asyncio.current_task() is request_task:
-            sent.append(command)
-        return await original(self, command, check_health)
-
-    monkeypatch.setattr(connection.AbstractConnection, "send_packed_command", counted)
-    for _ in range(5):
-        sent.clear()
-        assert (await ask(api)).json()["tier"] == "primary"
-        assert len(sent) == 1
-    monkeypatch.undo()
+    assert await round_trips_of_steady_requests(api, monkeypatch) == [1] * 5
