@@ -120,9 +120,14 @@ def is_over_p95(latency_s: float, policy: PolicyConfig) -> bool:
 
 
 def cooldown_for(reopens: int, policy: PolicyConfig) -> float:
-    return float(
-        min(policy.cooldown_s * policy.cooldown_multiplier**reopens, policy.max_cooldown_s)
-    )
+    try:
+        grown = policy.cooldown_s * policy.cooldown_multiplier**reopens
+    except OverflowError:
+        # Reopens keep counting while a provider stays down, and a float power raises past
+        # ~1.8e308 (2.0 ** 1024: a thousand failed rounds at the default backoff). By then the
+        # cooldown is long at its cap.
+        grown = policy.max_cooldown_s
+    return float(min(grown, policy.max_cooldown_s))
 
 
 def admit(name: str, current: BreakerState, policy: PolicyConfig, now: float) -> Decision:

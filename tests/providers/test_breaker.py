@@ -317,6 +317,21 @@ def test_failed_probes_grow_the_cooldown_until_a_clean_close_resets_it():
     assert events == (opened_event("consecutive_failures", 60.0, at=now + 1),)
 
 
+@pytest.mark.parametrize(
+    ("reopens", "policy"),
+    [
+        (1024, POLICY),  # 2.0 ** 1024 is past the largest float: a provider down for a week
+        (2, PolicyConfig(cooldown_multiplier=1e200)),  # any multiplier the form takes
+    ],
+)
+def test_a_failed_probe_after_countless_reopens_opens_it_for_the_capped_cooldown(reopens, policy):
+    current = half_open(reopens=reopens, admitted=1)
+    new, events = on_outcome(NAME, current, None, failure(), policy, T0 + 5, was_probe=True)
+    assert new is not None and (new.state, new.reopens) == (State.OPEN, reopens + 1)
+    assert new.open_until == T0 + 5 + 600
+    assert events == (opened_event("probe_failed", 600.0, at=T0 + 5),)
+
+
 # --- Errors that open at once --------------------------------------------------------------------
 
 

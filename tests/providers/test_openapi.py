@@ -6,6 +6,7 @@ with a bad one: no 5xx, no status, header or body the document doesn't promise."
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,8 +34,10 @@ from tests.providers.conftest import _flush_test_redis, serve_platform
 pure = pytest.mark.backend_free
 
 ROOT = Path(__file__).resolve().parents[2]
-# The shared reference documents sit beside the project (see their README).
-OPENAI_REFERENCE = ROOT.parent / "shared" / "reference" / "openai-openapi.json"
+# The shared reference documents sit beside the project (see their README), or where
+# FAILOVER_REFERENCE_DIR says.
+REFERENCE_DIR = Path(os.environ.get("FAILOVER_REFERENCE_DIR", ROOT.parent / "shared" / "reference"))
+OPENAI_REFERENCE = REFERENCE_DIR / "openai-openapi.json"
 # Fields the gateway adds to a Chat Completions request, which OpenAI's has not.
 GATEWAY_OWN = {"priority", "task", "allow_cloud", "cache"}
 COMPONENTS_ROOT = {"components": openapi_document()["components"]}
@@ -71,10 +74,10 @@ def platform_url(providers_configured) -> Iterator[str]:
 
 
 def _reference() -> dict[str, Any]:
-    # A missing reference is a broken checkout of the shared folder, not a reason to skip: the
-    # compatibility this checks is a promise the README makes.
+    # The reference's own README: a clone without the shared folder skips, naming the file;
+    # CI has it (and there a skip fails the run: tests/conftest.py).
     if not OPENAI_REFERENCE.exists():
-        pytest.fail(f"OpenAI's OpenAPI document is missing: {OPENAI_REFERENCE}")
+        pytest.skip(f"OpenAI's OpenAPI document is not here: {OPENAI_REFERENCE}")
     return json.loads(OPENAI_REFERENCE.read_text(encoding="utf-8"))
 
 
