@@ -26,7 +26,7 @@ from providers.engine.config import ProviderConfig, Snapshot
 from providers.routing.answer_cache import CachedAnswer, answer_key, cache_read
 from providers.routing.attempts import settle
 from providers.routing.ports import Ports, Runtime
-from providers.routing.rate_limits import rate_settle
+from providers.routing.rate_limits import rate_abandon, rate_settle
 from providers.routing.strategies import hedged, in_turn, ordered
 from providers.routing.walk import Attempt, AttemptResult, Refused, RouteRequest, Ticket, Walk
 
@@ -86,8 +86,12 @@ class _Pending:
 
 
 async def route(request: RouteRequest, runtime: Runtime) -> RouteResult:
-    snapshot = await runtime.snapshots.current()
-    result = await _route(request, snapshot, runtime.ports)
+    try:
+        snapshot = await runtime.snapshots.current()
+        result = await _route(request, snapshot, runtime.ports)
+    except BaseException:
+        rate_abandon(runtime.ports, request.rate)  # a failed walk is not left pending
+        raise
     if result._pending is None:  # a stream is counted when it is settled
         await rate_settle(runtime.ports, request.rate)
     result.store_prompt = snapshot.policy.store_prompts

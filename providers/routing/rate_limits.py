@@ -86,3 +86,12 @@ async def rate_settle(ports: Ports, ticket: RateTicket | None) -> None:
     _, counts = await ports.store.rate_take(ticket.keys, Limits(), ttl_s=BUCKET_TTL_S, check=False)
     ports.readings.note(None, None, counts, ports.clock.mono())
     rate_recorded(ports, ticket)
+
+
+def rate_abandon(ports: Ports, ticket: RateTicket | None) -> None:
+    """A request whose walk failed before any record (the platform's own error, a cancelled
+    request): it stops counting as pending here. It is not counted in the window either: a
+    request the gateway couldn't route is not the caller's to pay for."""
+    if ticket is not None and ticket.pending:
+        ticket.pending = False
+        ports.readings.pending_move(ticket.subject, -1)

@@ -141,3 +141,24 @@ async def test_a_request_of_a_limited_app_far_from_its_limit_still_makes_one_rou
 )
 def test_an_anonymous_callers_window_is_its_ipv4_address_or_its_ipv6_64(address, subject):
     assert address_subject(address) == subject
+
+
+@pytest.mark.backend_free
+async def test_a_request_whose_walk_fails_is_no_longer_pending():
+    from providers.adapters.pool import AdapterPool
+    from providers.engine.clock import Clock
+    from providers.routing.ports import Ports
+    from providers.routing.rate_limits import rate_abandon, rate_admit
+    from providers.routing.readings import Readings
+
+    readings = Readings(max_age_s=60)
+    ports = Ports(store=MemoryStore(), clock=Clock(), adapters=AdapterPool(), readings=readings)
+    limits = Limits(requests_per_minute=1000)
+    first = await rate_admit(ports, "app:shop", limits)  # exact: nothing heard yet
+    assert first.counted and readings.pending("app:shop") == 0
+    second = await rate_admit(ports, "app:shop", limits)  # on what the first one heard
+    assert not second.counted and readings.pending("app:shop") == 1
+    rate_abandon(ports, second)
+    assert readings.pending("app:shop") == 0
+    rate_abandon(ports, second)  # once only
+    assert readings.pending("app:shop") == 0
