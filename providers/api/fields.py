@@ -46,6 +46,11 @@ def _either(values: Sequence[Any]) -> str:
     return ", ".join(shown[:-1]) + " or " + shown[-1] if len(shown) > 1 else shown[0]
 
 
+# The largest integer a field takes, bounds or none: past it, a number is refused (2**63 - 1,
+# what an upstream's 64-bit field, a seed say, can hold).
+MAX_JSON_INTEGER = 2**63 - 1
+
+
 @dataclass(frozen=True, slots=True)
 class Field:
     """One field of a request body: how it is checked and how it is documented.
@@ -104,6 +109,10 @@ class Field:
     def _number(self, value: float) -> Any:
         low, high = self.minimum, self.maximum
         bounded = low is not None or high is not None
+        # An integer past a float's range (JSON has no limit) is out of every range here;
+        # `math.isfinite` would raise on it.
+        if isinstance(value, int) and abs(value) > MAX_JSON_INTEGER:
+            return self._refused(self._range() if bounded else TYPE_MESSAGES[self.type])
         if not math.isfinite(value):
             return self._refused(self._range() if bounded else TYPE_MESSAGES["number"])
         if (low is not None and value < low) or (high is not None and value > high):

@@ -56,9 +56,13 @@ def _invalid_json(message: str) -> ApiError:
 
 def json_object(raw: bytes) -> dict[str, Any] | ApiError:
     try:
-        body = json.loads(raw)
+        # Decoded here, strictly: `json.loads` given bytes would guess UTF-16 and let an encoded
+        # lone surrogate through (it decodes UTF-8 with "surrogatepass").
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         return _invalid_json("The body is not UTF-8 text.")
+    try:
+        body = json.loads(text)
     except RecursionError:
         return _invalid_json(f"The body is nested more than {MAX_DEPTH} levels deep.")
     except ValueError as exc:
@@ -66,7 +70,7 @@ def json_object(raw: bytes) -> dict[str, Any] | ApiError:
     if not isinstance(body, dict):
         return _invalid_json("The body must be a JSON object.")
     # Only an escape can carry a lone surrogate into a parsed string: most bodies have none.
-    problem = _checked(body, 1, check_text=b"\\u" in raw)
+    problem = _checked(body, 1, check_text="\\u" in text)
     return body if problem is None else problem
 
 

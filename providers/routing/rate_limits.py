@@ -46,11 +46,13 @@ async def rate_admit(ports: Ports, subject: str, limits: Limits) -> RateTicket |
         if judge(limits, heard, keys, extra_requests=pending + margin(limits)).admitted:
             readings.pending_move(subject, 1)
             return RateTicket(subject, keys, counted=False, pending=True)
-    counted, counts = await ports.store.rate_take(keys, limits, ttl_s=BUCKET_TTL_S)
+    # This process's admissions on readings count too: they are in no counter yet.
+    pending = readings.pending(subject)
+    counted, counts = await ports.store.rate_take(keys, limits, ttl_s=BUCKET_TTL_S, pending=pending)
     readings.note(None, None, counts, ports.clock.mono())
     if counted:
         return RateTicket(subject, keys, counted=True)
-    verdict = judge(limits, counts, keys)
+    verdict = judge(limits, counts, keys, extra_requests=pending)
     return verdict if not verdict.admitted else Verdict(False, "requests", 1)
 
 

@@ -178,13 +178,21 @@ class StateStore(ABC):
 
     @abstractmethod
     async def rate_take(
-        self, keys: RateKeys, limits: Limits, *, ttl_s: int, check: bool = True
+        self,
+        keys: RateKeys,
+        limits: Limits,
+        *,
+        ttl_s: int,
+        check: bool = True,
+        pending: int = 0,
     ) -> tuple[bool, dict[str, float]]:
         """Count one request against a subject's rate window if it fits (`rate.judge`'s rule,
         applied atomically: across processes no two requests take the same last slot), or
-        unconditionally with `check=False`. Answers whether it was counted and the four
-        counters as they then are. A steady request's count rides on `record` instead, as
-        spend increments of these keys; this is the exact check near a limit."""
+        unconditionally with `check=False`. `pending` is what the caller's process has admitted
+        that the counters don't show yet, counted as if they did. Answers whether it was
+        counted and the four counters as they then are. A steady request's count rides on
+        `record` instead, as spend increments of these keys; this is the exact check near a
+        limit."""
 
     @abstractmethod
     async def cache_get(self, key: str) -> str | None:

@@ -275,10 +275,16 @@ class MemoryStore(StateStore):
             self._spend_expiry[key] = self._clock() + ttl_s
 
     async def rate_take(
-        self, keys: RateKeys, limits: Limits, *, ttl_s: int, check: bool = True
+        self,
+        keys: RateKeys,
+        limits: Limits,
+        *,
+        ttl_s: int,
+        check: bool = True,
+        pending: int = 0,
     ) -> tuple[bool, dict[str, float]]:
         counts = {key: self._counter(key) for key in keys.all}
-        if check and not judge(limits, counts, keys).admitted:
+        if check and not judge(limits, counts, keys, extra_requests=pending).admitted:
             return False, counts
         counts[keys.requests_now] = self._count(keys.requests_now, 1.0, ttl_s)
         return True, counts

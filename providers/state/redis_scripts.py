@@ -136,7 +136,8 @@ return 1
 
 # `rate.judge` in Lua (change both). KEYS: requests previous/current minute, tokens
 # previous/current minute. ARGV: the previous minute's weight, requests and tokens per minute
-# (0: no limit), the counters' ttl, whether to check (0: count regardless).
+# (0: no limit), the counters' ttl, whether to check (0: count regardless), the requests the
+# caller's process admitted that the counters don't show yet.
 RATE_TAKE = """
 local w = tonumber(ARGV[1])
 local rpm, tpm = tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -144,7 +145,7 @@ local v = {}
 for i = 1, 4 do v[i] = tonumber(redis.call('GET', KEYS[i]) or '0') end
 local ok = 1
 if ARGV[5] == '1' then
-  if rpm > 0 and v[1] * w + v[2] + 1 > rpm then ok = 0 end
+  if rpm > 0 and v[1] * w + v[2] + tonumber(ARGV[6]) + 1 > rpm then ok = 0 end
   if tpm > 0 and v[3] * w + v[4] >= tpm then ok = 0 end
 end
 if ok == 1 then

@@ -226,7 +226,13 @@ class RedisStore(StateStore):
         await self._client()[5](keys=[f"fo:{key}"], args=[repr(amount), ttl_s])
 
     async def rate_take(
-        self, keys: RateKeys, limits: Limits, *, ttl_s: int, check: bool = True
+        self,
+        keys: RateKeys,
+        limits: Limits,
+        *,
+        ttl_s: int,
+        check: bool = True,
+        pending: int = 0,
     ) -> tuple[bool, dict[str, float]]:
         ok, *values = await self._client()[8](
             keys=[f"fo:{key}" for key in keys.all],
@@ -236,6 +242,7 @@ class RedisStore(StateStore):
                 limits.tokens_per_minute,
                 ttl_s,
                 int(check),
+                pending,
             ],
         )
         return bool(ok), {key: float(value) for key, value in zip(keys.all, values, strict=True)}

@@ -158,10 +158,16 @@ class ResilientStore(StateStore):
         await self._call("seed_spend", key, amount, ttl_s)
 
     async def rate_take(
-        self, keys: RateKeys, limits: Limits, *, ttl_s: int, check: bool = True
+        self,
+        keys: RateKeys,
+        limits: Limits,
+        *,
+        ttl_s: int,
+        check: bool = True,
+        pending: int = 0,
     ) -> tuple[bool, dict[str, float]]:
         result: tuple[bool, dict[str, float]] = await self._call(
-            "rate_take", keys, limits, ttl_s=ttl_s, check=check
+            "rate_take", keys, limits, ttl_s=ttl_s, check=check, pending=pending
         )
         return result
 

@@ -245,8 +245,26 @@ async def test_status_refuses_an_unknown_host(api, gateway):
         (b'{"prompt": "Hi \\ud800", "cache": false}', "invalid_field", "prompt", "surrogate"),
         (b'{"prompt": "Hi", "user": "\\udfff"}', "invalid_field", "user", "surrogate"),
         (b'{"prompt": "Hi", "\\ud800": 1}', "invalid_field", "\ud800", "surrogate"),
+        # The same surrogate encoded as UTF-8 bytes, and a body in UTF-16: not UTF-8 text.
+        (b'{"prompt": "Hi \xed\xa0\x80", "cache": false}', "invalid_json", None, "UTF-8"),
+        ('{"prompt": "Hi"}'.encode("utf-16"), "invalid_json", None, "UTF-8"),
+        # An integer past any float: out of range, not a crash.
+        (b'{"prompt": "Hi", "temperature": 1' + b"0" * 400 + b"}", "invalid_field", "temperature",
+         "from 0 to 2"),
+        (b'{"prompt": "Hi", "max_tokens": -1' + b"0" * 400 + b"}", "invalid_field", "max_tokens",
+         "from 1 to"),
     ],
-    ids=["deep-array", "deep-object", "surrogate-prompt", "surrogate-user", "surrogate-key"],
+    ids=[
+        "deep-array",
+        "deep-object",
+        "surrogate-prompt",
+        "surrogate-user",
+        "surrogate-key",
+        "surrogate-bytes",
+        "utf-16",
+        "huge-number",
+        "huge-negative-integer",
+    ],
 )
 async def test_a_body_no_provider_could_take_is_a_400_with_no_call_and_no_record(
     api, gateway, primary, body, code, field, fragment

@@ -517,3 +517,20 @@ async def test_the_fakes_401_is_anthropics_authentication_error(claude, fault, k
             await client.messages.create(model=CLAUDE_MODEL, max_tokens=100, messages=HELLO)
     assert caught.value.status_code == 401
     assert caught.value.body["error"]["type"] == "authentication_error"
+
+
+@pytest.mark.parametrize("field", ["seed", "max_tokens", "temperature", "presence_penalty"])
+async def test_an_integer_past_any_float_is_a_400_naming_its_field(api, gateway, primary, field):
+    body = (
+        b'{"model": "auto", "messages": [{"role": "user", "content": "Hi"}], "'
+        + field.encode()
+        + b'": 1'
+        + b"0" * 400
+        + b"}"
+    )
+    response = await api.post(
+        "/v1/chat/completions", content=body, headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == field
+    assert primary.calls == 0

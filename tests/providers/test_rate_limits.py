@@ -162,3 +162,22 @@ async def test_a_request_whose_walk_fails_is_no_longer_pending():
     assert readings.pending("app:shop") == 0
     rate_abandon(ports, second)  # once only
     assert readings.pending("app:shop") == 0
+
+
+async def test_a_burst_admitted_on_readings_is_counted_by_the_exact_check_too(store):  # noqa: F811
+    # Counters heard at zero, then 90 requests at once against 30 a minute: those admitted on
+    # what was heard are in flight, in no counter yet, and the exact check must count them.
+    from providers.adapters.pool import AdapterPool
+    from providers.engine.clock import Clock
+    from providers.routing.ports import Ports
+    from providers.routing.rate_limits import RateTicket, rate_admit
+    from providers.routing.readings import Readings
+
+    readings = Readings(max_age_s=60)
+    ports = Ports(store=store, clock=Clock(), adapters=AdapterPool(), readings=readings)
+    keys = rate_keys("app:shop", ports.clock.wall())
+    readings.note(None, None, dict.fromkeys(keys.all, 0.0), ports.clock.mono())
+    admitted = await asyncio.gather(
+        *(rate_admit(ports, "app:shop", Limits(requests_per_minute=30)) for _ in range(90))
+    )
+    assert sum(isinstance(ticket, RateTicket) for ticket in admitted) == 30
