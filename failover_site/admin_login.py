@@ -10,6 +10,7 @@ of guesses at the others).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import math
@@ -42,32 +43,54 @@ def login_lock_remaining_s(*, username: str, address: str) -> float:
     return max(0.0, until - time.time())
 
 
-def login_failure_record(*, username: str, address: str) -> None:
+def login_attempt_take(*, username: str, address: str) -> bool:
+    """Count one attempt for the user name and the address before its password is checked:
+    False when either has had its `ADMIN_LOGIN_MAX_FAILURES` already. Counted first, atomically
+    (the cache's incr), so guesses sent all at once can't each pass a check made before any
+    of them was counted."""
     window = settings.ADMIN_LOGIN_WINDOW_S
+    allowed = True
     for key in _keys(username, address):
-        # The count's window starts at the first failure (add() does nothing if it exists).
+        # The count's window starts at the first attempt (add() does nothing if it exists).
         cache.add(key, 0, timeout=window)
         try:
-            failures = cache.incr(key)
+            attempts = cache.incr(key)
         except ValueError:  # the window ended between add() and incr()
             cache.set(key, 1, timeout=window)
-            failures = 1
+            attempts = 1
+        if attempts > settings.ADMIN_LOGIN_MAX_FAILURES:
+            allowed = False
+            _lock(key, username, address, attempts - 1)
+    return allowed
+
+
+def login_failure_record(*, username: str, address: str) -> None:
+    """The attempt (already counted) failed: a name or address at its limit is locked."""
+    for key in _keys(username, address):
+        failures = cache.get(key, 0)
         if failures >= settings.ADMIN_LOGIN_MAX_FAILURES:
-            cache.set(f"{key}:locked-until", time.time() + window, timeout=window)
-            cache.delete(key)
-            logger.warning(
-                "admin log-in locked for %s s after %s failures (%s; user name %r, address %s)",
-                window,
-                failures,
-                key.split(":")[1],
-                username,
-                address,
-            )
+            _lock(key, username, address, failures)
 
 
-def login_failures_clear(*, username: str) -> None:
-    user_key = _keys(username, "")[0]
+def login_success_record(*, username: str, address: str) -> None:
+    """The attempt succeeded: its user name starts afresh; for its address it was no failure."""
+    user_key, address_key = _keys(username, address)
     cache.delete_many([user_key, f"{user_key}:locked-until"])
+    with contextlib.suppress(ValueError):  # its window has ended meanwhile
+        cache.decr(address_key)
+
+
+def _lock(key: str, username: str, address: str, failures: int) -> None:
+    window = settings.ADMIN_LOGIN_WINDOW_S
+    if cache.add(f"{key}:locked-until", time.time() + window, timeout=window):
+        logger.warning(
+            "admin log-in locked for %s s after %s failures (%s; user name %r, address %s)",
+            window,
+            failures,
+            key.split(":")[1],
+            username,
+            address,
+        )
 
 
 class ThrottledAdminAuthenticationForm(AdminAuthenticationForm):
@@ -86,6 +109,8 @@ class ThrottledAdminAuthenticationForm(AdminAuthenticationForm):
             return super().clean()  # the missing field's own error; no password was tried
         address = client_address(self.request) if self.request is not None else "unknown"
         remaining = login_lock_remaining_s(username=username, address=address)
+        if not remaining and not login_attempt_take(username=username, address=address):
+            remaining = settings.ADMIN_LOGIN_WINDOW_S
         if remaining:
             minutes = math.ceil(remaining / 60)
             raise ValidationError(
@@ -98,5 +123,5 @@ class ThrottledAdminAuthenticationForm(AdminAuthenticationForm):
         except ValidationError:
             login_failure_record(username=username, address=address)
             raise
-        login_failures_clear(username=username)
+        login_success_record(username=username, address=address)
         return cleaned

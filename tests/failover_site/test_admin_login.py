@@ -98,3 +98,13 @@ def test_the_counts_are_kept_in_redis_for_every_serving_process(operator, settin
     locks = list(shared.scan_iter("*admin-login*locked-until"))
     assert len(locks) == 2  # the user name's and the address's
     assert all(0 < shared.ttl(key) <= settings.ADMIN_LOGIN_WINDOW_S for key in locks)
+
+
+def test_guesses_sent_all_at_once_get_no_more_password_checks_than_the_limit(operator):
+    # Each attempt is counted before its password is checked: a burst of guesses, all past the
+    # lock check before any has failed, still gets only the limit's worth of checks.
+    from failover_site.admin_login import login_attempt_take
+
+    taken = [login_attempt_take(username="ops", address="198.51.100.9") for _ in range(12)]
+    assert taken == [True] * 5 + [False] * 7
+    assert _log_in("ops", PASSWORD, address="203.0.113.1")[1].count("Too many failed") == 1

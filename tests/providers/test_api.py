@@ -249,10 +249,18 @@ async def test_status_refuses_an_unknown_host(api, gateway):
         (b'{"prompt": "Hi \xed\xa0\x80", "cache": false}', "invalid_json", None, "UTF-8"),
         ('{"prompt": "Hi"}'.encode("utf-16"), "invalid_json", None, "UTF-8"),
         # An integer past any float: out of range, not a crash.
-        (b'{"prompt": "Hi", "temperature": 1' + b"0" * 400 + b"}", "invalid_field", "temperature",
-         "from 0 to 2"),
-        (b'{"prompt": "Hi", "max_tokens": -1' + b"0" * 400 + b"}", "invalid_field", "max_tokens",
-         "from 1 to"),
+        (
+            b'{"prompt": "Hi", "temperature": 1' + b"0" * 400 + b"}",
+            "invalid_field",
+            "temperature",
+            "from 0 to 2",
+        ),
+        (
+            b'{"prompt": "Hi", "max_tokens": -1' + b"0" * 400 + b"}",
+            "invalid_field",
+            "max_tokens",
+            "from 1 to",
+        ),
     ],
     ids=[
         "deep-array",
