@@ -25,7 +25,7 @@ from providers.adapters.messages import (
     HealthLevel,
     HealthResult,
 )
-from providers.adapters.scrub import scrub
+from providers.adapters.scrub import scrub, scrub_cut
 from providers.adapters.stream import CompletionStream
 from providers.engine.config import ProviderConfig
 
@@ -240,7 +240,7 @@ class ProviderAdapter(ABC):
     def upstream_text(self, text: str, limit: int) -> str:
         """An upstream's words, scrubbed, then cut to `limit`: cut first, a key across the cut
         would leave its first half, no longer the key the scrubber looks for."""
-        return scrub(text[:8192], (self.config.api_key,))[:limit]
+        return scrub_cut(text, limit, (self.config.api_key,))
 
     def _failed(
         self,

@@ -12,6 +12,7 @@ The key in use goes first, wherever it appears; then anything shaped like a cred
 from __future__ import annotations
 
 import re
+import traceback
 from collections.abc import Iterable
 
 REDACTED = "[redacted]"
@@ -58,6 +59,26 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
         REDACTED,
     ),
 )
+
+
+# Characters a key is written with: what a cut through one leaves at the end of the kept part.
+_PARTIAL_TOKEN = re.compile(r"[A-Za-z0-9_+/=.~-]+$")
+
+
+def scrub_cut(text: str, limit: int, secrets: Iterable[str] = (), *, head: int = 8192) -> str:
+    """The first `head` characters of `text`, scrubbed, then cut to `limit`. Where `head` cut
+    through a word (it could be a key, which the scrubber no longer knows by halves), the
+    word's kept part goes too."""
+    kept = text[:head]
+    if len(text) > head:
+        kept = _PARTIAL_TOKEN.sub("", kept)
+    return scrub(kept, secrets)[:limit]
+
+
+def scrubbed_traceback(exc: BaseException, secrets: Iterable[str] = ()) -> str:
+    """The exception's traceback as a log line would show it, scrubbed: its message may quote
+    an upstream's words."""
+    return scrub("".join(traceback.format_exception(exc)).rstrip(), tuple(secrets))
 
 
 def scrub(text: str, secrets: Iterable[str] = ()) -> str:

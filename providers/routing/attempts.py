@@ -11,7 +11,7 @@ from typing import Any
 
 from providers.adapters.errors import ERROR_TABLE, ErrorClass, ErrorRule, ProviderError
 from providers.adapters.messages import Completion, estimate_tokens
-from providers.adapters.scrub import scrub
+from providers.adapters.scrub import scrub, scrubbed_traceback
 from providers.adapters.stream import CompletionStream
 from providers.engine import breaker
 from providers.engine.breaker import Admission, BreakerState
@@ -157,8 +157,13 @@ async def attempt(
         error = exc
     except Exception as exc:
         # An adapter bug or an answer no rule foresaw: still this provider's failure, never
-        # the client's 500. Logged in full, since it means the error table needs a row.
-        logger.exception("provider %s failed in an unforeseen way", name)
+        # the client's 500. Logged in full (scrubbed: the message may quote the upstream),
+        # since it means the error table needs a row.
+        logger.error(
+            "provider %s failed in an unforeseen way\n%s",
+            name,
+            scrubbed_traceback(exc, (provider.api_key,)),
+        )
         detail = scrub(f"unexpected {type(exc).__name__}: {exc}", (provider.api_key,))
         error = ProviderError(ErrorClass.MALFORMED, detail[:500])
     latency_s = ports.clock.mono() - ticket.started

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from providers.adapters.base import ProviderAdapter
 from providers.adapters.errors import ErrorClass
 from providers.adapters.messages import HealthResult
-from providers.adapters.scrub import scrub
+from providers.adapters.scrub import scrub, scrubbed_traceback
 from providers.engine.config import PolicyConfig, ProviderConfig
 from providers.engine.health import Health, HealthState, health_ttl
 
@@ -50,7 +50,11 @@ async def check(adapter: ProviderAdapter, *, timeout: float, inference: bool) ->
             False, timeout * 1000, f"no answer within {timeout:g} s", ErrorClass.TIMEOUT
         )
     except Exception as exc:  # an adapter bug: this provider's bad check, never the sentinel's
-        logger.exception("health check of %s failed in an unforeseen way", adapter.name)
+        logger.error(
+            "health check of %s failed in an unforeseen way\n%s",
+            adapter.name,
+            scrubbed_traceback(exc, (adapter.config.api_key,)),
+        )
         detail = scrub(f"unexpected {type(exc).__name__}: {exc}", (adapter.config.api_key,))
         return HealthResult(False, 0.0, detail[:300], ErrorClass.MALFORMED)
 

@@ -12,7 +12,7 @@ import pytest
 from providers.adapters import ADAPTERS
 from providers.adapters.errors import ProviderError
 from providers.adapters.messages import CompletionRequest
-from providers.adapters.scrub import REDACTED, scrub
+from providers.adapters.scrub import REDACTED, scrub, scrub_cut, scrubbed_traceback
 from providers.engine.config import ProviderConfig
 from providers.fake_provider import FakeProvider
 
@@ -129,3 +129,22 @@ async def test_a_streams_error_event_quoting_the_key_is_raised_scrubbed(kind):
         error = await failure(kind, fake, stream=True)
     assert error.message.startswith("error event: The model crashed mid-answer.")
     assert PLAIN_KEY not in error.message and REDACTED in error.message
+
+
+@pytest.mark.backend_free
+def test_a_cut_through_a_key_takes_the_keys_kept_half_with_it():
+    key = "q8Zr2LmX9vBt4NwK7yHc3JpD6sFa1GeU"  # no known shape: only whole is it recognised
+    text = "x " * 4090 + "token " + key + " more"
+    cut = scrub_cut(text, 9000, head=8192)
+    assert key[:6] not in cut
+    assert cut.endswith("token ")
+
+
+@pytest.mark.backend_free
+def test_a_logged_traceback_is_scrubbed_of_the_key_and_credentials():
+    try:
+        raise ValueError("upstream said: invalid key sk-canary-123456 for Bearer abcdef12345")
+    except ValueError as exc:
+        logged = scrubbed_traceback(exc, ("sk-canary-123456",))
+    assert "sk-canary" not in logged and "abcdef12345" not in logged
+    assert "ValueError" in logged and "Traceback" in logged
