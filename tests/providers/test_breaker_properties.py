@@ -52,6 +52,7 @@ from providers.engine.config import PolicyConfig, ProviderConfig, Snapshot
 from providers.routing import attempts
 from providers.routing.ports import Ports
 from providers.routing.walk import AttemptResult, RouteRequest, Ticket, Walk
+from providers.state import redis_store as redis_store_module
 from providers.state.contract import StateStore
 from providers.state.memory_store import MemoryStore
 from providers.state.redis_store import RedisStore
@@ -255,7 +256,10 @@ class Harness:
         pytest.param("redis", marks=pytest.mark.services),
     ]
 )
-def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
+def harness(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
+    # The properties are the breaker's, not Redis's speed: on a loaded machine a reply can take
+    # longer than the serving process's 0.5 s, which would fail an example for nothing.
+    monkeypatch.setattr(redis_store_module, "SOCKET_TIMEOUT_S", 10.0)
     loop = asyncio.new_event_loop()
     stores = [RedisStore(redis_url()) for _ in range(PROCESSES)] if request.param == "redis" else []
     harness = Harness(request.param, loop, AdapterPool(), stores)
