@@ -217,7 +217,7 @@ def incident_closed(incident: Incident) -> AlertEvent | None:
         title=f"Recovered: {incident.provider} is back",
         message=(
             f"{incident.provider} is serving again after {minutes} min {seconds} s. "
-            f"Cloud spend during the incident: {spend:.4f} USD."
+            f"Cloud spend during the incident: {spend:.4f} {policy_get().currency}."
         ),
         data={
             "incident_id": incident.pk,
@@ -229,7 +229,10 @@ def incident_closed(incident: Incident) -> AlertEvent | None:
 
 
 def budget_crossed(budget_id: int, used_pct: float, period: str) -> AlertEvent | None:
-    budget = Budget.objects.filter(pk=budget_id).select_related("provider").first()
+    """A budget past its warning (50 %), high-priority-only (85 %) or hard-stop (100 %) level:
+    one alert per budget, level and period, the highest level reached (the watchdog asks every
+    30 s; a level already raised this period adds nothing, not even a suppressed row)."""
+    budget = Budget.objects.filter(pk=budget_id).select_related("provider", "client_app").first()
     if budget is None:
         return None
     level = 100 if used_pct >= budget.hard_stop_pct else (
@@ -237,14 +240,18 @@ def budget_crossed(budget_id: int, used_pct: float, period: str) -> AlertEvent |
     )  # fmt: skip
     if used_pct < budget.warn_pct and level == 50:
         return None
+    key = f"budget:{budget.pk}:{level}:{period}"
+    if AlertEvent.objects.filter(key=key, status__in=SENT).exists():
+        return None
     what = {100: "spending stopped", 85: "only high-priority requests go to paid providers",
             50: f"past its warning level of {budget.warn_pct} %"}[level]  # fmt: skip
+    named = f"{budget} {policy_get().currency}" if budget.unit == "money" else str(budget)
     return alert_raise(
         kind="budget",
         severity="critical" if level == 100 else "warning",
-        key=f"budget:{budget.pk}:{level}:{period}",
-        title=f"Budget at {level} %: {budget}",
-        message=f"{budget} is at {used_pct:.0f} % for {period}: {what}.",
+        key=key,
+        title=f"Budget at {level} %: {named}",
+        message=f"{named} is at {used_pct:.0f} % for {period}: {what}.",
         data={"budget_id": budget.pk, "used_pct": round(used_pct, 1), "level": level},
         once=True,
     )

@@ -22,18 +22,18 @@ class BudgetAdmin(AuditedModelAdmin):
         "__str__",
         "scope",
         "period",
+        "unit",
         "cap",
-        "currency",
         "warn_pct",
         "high_priority_only_pct",
         "hard_stop_pct",
         "enabled",
     )
-    list_filter = ("scope", "period", "enabled")
-    list_select_related = ("provider",)
+    list_filter = ("scope", "period", "unit", "enabled")
+    list_select_related = ("provider", "client_app")
     fieldsets = (
-        (None, {"fields": ("scope", "provider", "client", "period", "enabled")}),
-        ("Cap", {"fields": ("cap", "currency")}),
+        (None, {"fields": ("scope", "provider", "client_app", "period", "enabled")}),
+        ("Cap", {"fields": ("unit", "cap")}),
         ("Levels", {"fields": ("warn_pct", "high_priority_only_pct", "hard_stop_pct")}),
     )
 

@@ -6,7 +6,7 @@ import uuid
 from decimal import Decimal
 
 from django.core.exceptions import ValidationError
-from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -21,6 +21,11 @@ class BudgetScope(models.TextChoices):
 class BudgetPeriod(models.TextChoices):
     DAY = "day", "Day"
     MONTH = "month", "Month"
+
+
+class BudgetUnit(models.TextChoices):
+    MONEY = "money", "Money (the policy's currency)"
+    TOKENS = "tokens", "Tokens (prompt and answer)"
 
 
 def _percent(label: str) -> list:
@@ -40,21 +45,32 @@ class Budget(models.Model):
         related_name="budgets",
         help_text="Only for a provider's budget.",
     )
-    client = models.CharField(
-        max_length=100,
+    client_app = models.ForeignKey(
+        "providers.ClientApp",
+        on_delete=models.PROTECT,
+        null=True,
         blank=True,
-        help_text="Only for a client's budget: the client app's name (as the ledger names it).",
+        related_name="budgets",
+        verbose_name="client app",
+        help_text="Only for a client's budget: the app whose requests it caps.",
     )
-    period = models.CharField(max_length=8, choices=BudgetPeriod.choices, default=BudgetPeriod.DAY)
+    period = models.CharField(
+        max_length=8,
+        choices=BudgetPeriod.choices,
+        default=BudgetPeriod.DAY,
+        help_text="Calendar days or months in the policy's time zone.",
+    )
+    unit = models.CharField(
+        max_length=8,
+        choices=BudgetUnit.choices,
+        default=BudgetUnit.MONEY,
+        help_text="What the cap counts: money at the providers' prices, or tokens.",
+    )
     cap = models.DecimalField(
-        max_digits=12,
+        max_digits=16,
         decimal_places=4,
         validators=[MinValueValidator(Decimal("0.0001"), "The cap must be above zero.")],
-    )
-    currency = models.CharField(
-        max_length=3,
-        default="USD",
-        validators=[RegexValidator(r"^[A-Z]{3}$", "Use a three-letter currency code, e.g. USD.")],
+        help_text="In the policy's currency, or in tokens for a token budget.",
     )
     warn_pct = models.PositiveSmallIntegerField(
         "warn at (%)", default=50, validators=_percent("The warning level")
@@ -75,19 +91,19 @@ class Budget(models.Model):
         ordering = ["scope", "period", "id"]
         constraints = [
             models.UniqueConstraint(
-                fields=["period"],
+                fields=["period", "unit"],
                 condition=Q(scope="all"),
                 name="budget_one_all_per_period",
                 violation_error_message="There is already a budget for all traffic and period.",
             ),
             models.UniqueConstraint(
-                fields=["provider", "period"],
+                fields=["provider", "period", "unit"],
                 condition=Q(scope="provider"),
                 name="budget_one_per_provider_period",
                 violation_error_message="This provider already has a budget for this period.",
             ),
             models.UniqueConstraint(
-                fields=["client", "period"],
+                fields=["client_app", "period", "unit"],
                 condition=Q(scope="client"),
                 name="budget_one_per_client_period",
                 violation_error_message="This client already has a budget for this period.",
@@ -97,11 +113,13 @@ class Budget(models.Model):
     def __str__(self) -> str:
         if self.scope == BudgetScope.PROVIDER and self.provider is not None:
             target = f"provider {self.provider.name}"
-        elif self.scope == BudgetScope.CLIENT:
-            target = f"client {self.client}"
+        elif self.scope == BudgetScope.CLIENT and self.client_app is not None:
+            target = f"client {self.client_app.name}"
         else:
             target = "all traffic"
-        return f"{target}: {self.cap:,.2f} {self.currency} per {self.period}"
+        if self.unit == BudgetUnit.TOKENS:
+            return f"{target}: {self.cap:,.0f} tokens per {self.period}"
+        return f"{target}: {self.cap:,.2f} per {self.period}"
 
     def clean(self) -> None:
         errors: dict[str, str] = {}
@@ -109,10 +127,10 @@ class Budget(models.Model):
             errors["provider"] = "A provider's budget needs its provider."
         if self.scope != BudgetScope.PROVIDER and self.provider_id is not None:
             errors["provider"] = "Only a provider's budget names a provider."
-        if self.scope == BudgetScope.CLIENT and not self.client.strip():
-            errors["client"] = "A client's budget needs the client app's name."
-        if self.scope != BudgetScope.CLIENT and self.client:
-            errors["client"] = "Only a client's budget names a client."
+        if self.scope == BudgetScope.CLIENT and self.client_app_id is None:
+            errors["client_app"] = "A client's budget needs its client app."
+        if self.scope != BudgetScope.CLIENT and self.client_app_id is not None:
+            errors["client_app"] = "Only a client's budget names a client app."
         levels = (self.warn_pct, self.high_priority_only_pct, self.hard_stop_pct)
         if None not in levels and not levels[0] <= levels[1] <= levels[2]:
             errors["high_priority_only_pct"] = (
@@ -154,8 +172,9 @@ class CallRecord(models.Model):
     client = models.CharField(max_length=100, blank=True)
     priority = models.CharField(max_length=8, choices=Priority.choices, default=Priority.NORMAL)
     task = models.CharField(max_length=100, blank=True)
-    # [{"provider": "ollama-local", "outcome": "error", "error_class": "timeout",
-    #   "latency_ms": 8001, "status": null}, ...] in the order tried.
+    # [{"provider": "ollama-local", "model": "llama3.2", "outcome": "error",
+    #   "error_class": "timeout", "latency_ms": 8001, "status": null, "cost": "0"}, ...]
+    # in the order tried.
     attempts = models.JSONField(default=list, blank=True)
     final_provider = models.CharField(max_length=64, blank=True)
     tier = models.CharField(max_length=16, choices=Tier.choices)
@@ -165,6 +184,9 @@ class CallRecord(models.Model):
     )
     status = models.PositiveSmallIntegerField(help_text="HTTP status returned to the client.")
     latency_ms = models.PositiveIntegerField(default=0)
+    model = models.CharField(
+        max_length=100, blank=True, help_text="The model of the provider that answered."
+    )
     tokens_in = models.PositiveIntegerField(default=0)
     tokens_out = models.PositiveIntegerField(default=0)
     cost = models.DecimalField(max_digits=14, decimal_places=8, default=Decimal("0"))

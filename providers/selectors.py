@@ -61,14 +61,16 @@ def snapshot_build(*, version: int) -> Snapshot:
             scope=row.scope,
             period=row.period,
             cap=row.cap,
-            currency=row.currency,
             warn_pct=row.warn_pct,
             high_priority_only_pct=row.high_priority_only_pct,
             hard_stop_pct=row.hard_stop_pct,
             provider=row.provider.name if row.provider is not None else "",
-            client=row.client,
+            client=row.client_app.name if row.client_app is not None else "",
+            unit=row.unit,
         )
-        for row in Budget.objects.filter(enabled=True).select_related("provider")
+        for row in Budget.objects.filter(enabled=True).select_related("provider", "client_app")
+        # A client's budget whose app is gone caps nothing.
+        if row.scope != "client" or row.client_app is not None
     )
     return Snapshot(
         version=version,

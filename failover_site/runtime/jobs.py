@@ -41,7 +41,7 @@ async def watchdog_job(gateway: Gateway) -> None:
     snapshot = await gateway.snapshots.current()
     now = gateway.clock.wall()
     for budget in snapshot.budgets:
-        key, _ = spend_key(budget.id, budget.period, now)
+        key, _ = spend_key(budget.id, budget.period, now, snapshot.policy.time_zone)
         _, spent = await gateway.store.read("", [key])
         used_pct = 100 * spent.get(key, 0.0) / float(budget.cap) if budget.cap else 0.0
         if used_pct >= budget.warn_pct:

@@ -69,6 +69,14 @@ def record_call(
             "task": routed.task,
             "attempts": [attempt.as_dict() for attempt in result.attempts],
             "final_provider": result.provider,
+            "model": next(
+                (
+                    a.model
+                    for a in result.attempts
+                    if a.outcome == "ok" and a.provider == result.provider
+                ),
+                "",
+            ),
             "tier": result.tier,
             "outcome": result.outcome,
             "reason": result.reason,

@@ -16,12 +16,14 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from django.db import Error as DatabaseError
 
 from billing.selectors import budget_spend
 from failover_site.runtime.background import run_db
 from providers.aio import LoopLocal, spawn
+from providers.engine.budgets import budget_period
 from providers.engine.clock import Clock
 from providers.engine.config import Snapshot
 from providers.selectors import config_change_high_water, snapshot_build
@@ -147,8 +149,10 @@ class SnapshotHolder:
         """Counters missing from the store (a restart, a flushed Redis) start from the ledger."""
         now = self.clock.wall()
         for budget in snapshot.budgets:
-            key, ttl = spend_key(budget.id, budget.period, now)
-            spent = await run_db(budget_spend, budget_id=budget.id, now=now)
+            zone = snapshot.policy.time_zone
+            key, ttl = spend_key(budget.id, budget.period, now, zone)
+            since = datetime.fromtimestamp(budget_period(budget.period, now, zone).start, UTC)
+            spent = await run_db(budget_spend, budget_id=budget.id, since=since)
             await self.store.seed_spend(key, float(spent), ttl)
 
     async def aclose(self) -> None:

@@ -117,7 +117,7 @@ async def status(request: HttpRequest) -> JsonResponse:
     policy = snapshot.policy
     windows = Windows(policy.bucket_s, policy.failure_window_s, policy.p95_window_s)
     now = gateway.clock.wall()
-    keys = {b.id: spend_key(b.id, b.period, now)[0] for b in snapshot.budgets}
+    keys = {b.id: spend_key(b.id, b.period, now, policy.time_zone)[0] for b in snapshot.budgets}
     # Every provider's breaker, verdict and window and every budget's spend: one round trip.
     read = await gateway.store.status_read(
         [provider.name for provider in snapshot.providers],
@@ -153,7 +153,9 @@ async def status(request: HttpRequest) -> JsonResponse:
                     "p95_ms": summary.p95_ms,
                     "calls_per_minute": summary.calls_per_minute,
                 },
-                "budgets": [_budget_use(b, read.spent.get(keys[b.id], 0.0)) for b in own],
+                "budgets": [
+                    _budget_use(b, read.spent.get(keys[b.id], 0.0), policy.currency) for b in own
+                ],
             }
         )
     return JsonResponse(
@@ -164,7 +166,7 @@ async def status(request: HttpRequest) -> JsonResponse:
             },
             "providers": providers,
             "budgets": [
-                _budget_use(b, read.spent.get(keys[b.id], 0.0))
+                _budget_use(b, read.spent.get(keys[b.id], 0.0), policy.currency)
                 for b in snapshot.budgets
                 if b.scope == "all"
             ],
@@ -208,14 +210,14 @@ def staff_session(session_key: str) -> bool:
     return bool(user.is_authenticated and user.is_active and user.is_staff)
 
 
-def _budget_use(budget: Any, spent: float) -> dict[str, Any]:
+def _budget_use(budget: Any, spent: float, currency: str) -> dict[str, Any]:
     cap = float(budget.cap)
     return {
         "id": budget.id,
         "scope": budget.scope,
         "period": budget.period,
         "cap": cap,
-        "currency": budget.currency,
+        "currency": "tokens" if budget.unit == "tokens" else currency,
         "spent": round(spent, 6),
         "used_pct": round(100 * spent / cap, 1) if cap else 0.0,
     }

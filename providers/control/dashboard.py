@@ -130,16 +130,17 @@ def serving_now(policy: FailoverPolicy, rows: list[ProviderStatus]) -> Serving:
     return Serving("static", "", f"no provider can take calls — {why}")
 
 
-def _budget_use(budget: Budget, spent: float) -> BudgetUse:
+def _budget_use(budget: Budget, spent: float, currency: str) -> BudgetUse:
     cap = float(budget.cap)
-    label = {"all": "all traffic", "provider": "provider", "client": f"client {budget.client}"}[
+    client = budget.client_app.name if budget.client_app is not None else "?"
+    label = {"all": "all traffic", "provider": "provider", "client": f"client {client}"}[
         budget.scope
     ]
     return BudgetUse(
         label=f"{label}, per {budget.period}",
         spent=round(spent, 4),
         cap=cap,
-        currency=budget.currency,
+        currency="tokens" if budget.unit == "tokens" else currency,
         used_pct=round(100 * spent / cap, 1) if cap else 0.0,
     )
 
@@ -149,9 +150,9 @@ def control_status(gateway: Gateway | None = None) -> ControlStatus:
     gateway = gateway or get_gateway()
     policy = policy_get()
     providers = list(Provider.objects.order_by("priority", "name"))
-    budgets = list(Budget.objects.filter(enabled=True).select_related("provider"))
+    budgets = list(Budget.objects.filter(enabled=True).select_related("provider", "client_app"))
     now = gateway.clock.wall()
-    keys = {b.pk: spend_key(b.pk, b.period, now)[0] for b in budgets}
+    keys = {b.pk: spend_key(b.pk, b.period, now, policy.time_zone)[0] for b in budgets}
     windows = Windows(
         bucket_width(policy.failure_window_s, policy.p95_window_s),
         policy.failure_window_s,
@@ -176,7 +177,9 @@ def control_status(gateway: Gateway | None = None) -> ControlStatus:
                 window=summary,
                 seconds_to_half_open=round(state.seconds_to_half_open(now)),
                 health=health_of(state, summary, provider.enabled),
-                budgets=tuple(_budget_use(b, spent.get(keys[b.pk], 0.0)) for b in own),
+                budgets=tuple(
+                    _budget_use(b, spent.get(keys[b.pk], 0.0), policy.currency) for b in own
+                ),
             )
         )
     since = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
@@ -194,6 +197,8 @@ def control_status(gateway: Gateway | None = None) -> ControlStatus:
         incidents=list(Incident.objects.order_by("-started_at")[:8]),
         state_store=gateway.store.health(),
         budgets=[
-            _budget_use(b, spent.get(keys[b.pk], 0.0)) for b in budgets if b.scope != "provider"
+            _budget_use(b, spent.get(keys[b.pk], 0.0), policy.currency)
+            for b in budgets
+            if b.scope != "provider"
         ],
     )

@@ -81,6 +81,8 @@ class PolicyConfig:
     cache_ttl_s: int = 86_400
     cache_mode: str = "fallback"  # fallback / cost_saver / off
     cloud_share_target_pct: float = 5.0
+    currency: str = "EUR"
+    time_zone: str = "UTC"  # budget periods begin at midnight here
     first_token_timeout_s: float = 10.0
     strategy: str = "priority"  # priority / hedged / weighted
     hedge_after_ms: int = 2000
@@ -109,14 +111,14 @@ class PolicyConfig:
 class BudgetConfig:
     id: int
     scope: str  # all / provider / client
-    period: str  # day / month
-    cap: Decimal
-    currency: str
+    period: str  # day / month, in the policy's time zone
+    cap: Decimal  # in the policy's currency, or in tokens
     warn_pct: int
     high_priority_only_pct: int
     hard_stop_pct: int
     provider: str = ""
-    client: str = ""
+    client: str = ""  # the client app's name, as requests and the ledger name it
+    unit: str = "money"  # money / tokens
 
     def applies_to(self, provider: ProviderConfig, client: str) -> bool:
         if self.scope == "provider":

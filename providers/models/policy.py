@@ -10,6 +10,7 @@ from django.db.models import Q
 
 from providers.engine.config import DEFAULT_DEGRADATION_MESSAGE
 from providers.models.client_app import origin_list_validator
+from providers.models.policy_money import MoneyPolicy
 from providers.models.provider import Provider
 from providers.models.validators import TASK_NAME, at_least, percent
 
@@ -36,7 +37,7 @@ def default_degradation_message() -> str:
     return DEFAULT_DEGRADATION_MESSAGE
 
 
-class FailoverPolicy(models.Model):
+class FailoverPolicy(MoneyPolicy):
     """Every threshold of the breakers, the sentinel, budgets and alerts: exactly one row."""
 
     SINGLETON_ID = 1
@@ -89,9 +90,16 @@ class FailoverPolicy(models.Model):
             ),
         ),
         (
-            "Cost, cache and static answers",
+            "Money and reports",
             (
-                "cloud_share_target_pct",
+                ("currency", "time_zone"),
+                ("cloud_share_target_pct", "static_coverage_target_pct"),
+                "ledger_retention_days",
+            ),
+        ),
+        (
+            "Cache and static answers",
+            (
                 ("cache_mode", "cache_ttl_s"),
                 "static_match_threshold",
                 "degradation_message",
@@ -101,7 +109,8 @@ class FailoverPolicy(models.Model):
     )
     # Fields only the control plane reads (the alerts' policy, the switch's own record).
     NOT_IN_SNAPSHOT = ("id", "updated_at", "kill_switch_reason", "alert_cooldown_s",
-                       "flap_window_s")  # fmt: skip
+                       "flap_window_s", "static_coverage_target_pct",
+                       "ledger_retention_days")  # fmt: skip
 
     id = models.PositiveSmallIntegerField(primary_key=True, default=SINGLETON_ID, editable=False)
 
@@ -285,10 +294,7 @@ class FailoverPolicy(models.Model):
         help_text="Whether anonymous requests may reach paid cloud providers.",
     )
 
-    # Cost, cache and the static tier
-    cloud_share_target_pct = models.FloatField(
-        "cloud share target (%)", default=5.0, validators=percent("The cloud share target")
-    )
+    # The cache and the static tier
     cache_mode = models.CharField(
         "answer cache", max_length=16, choices=CacheMode.choices, default=CacheMode.FALLBACK
     )

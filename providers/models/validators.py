@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+import zoneinfo
 
+from django.core.exceptions import ValidationError
 from django.core.validators import (
     MaxValueValidator,
     MinValueValidator,
@@ -34,3 +36,20 @@ def percent(field_label: str) -> list:
 
 def at_least(minimum: float, field_label: str) -> list:
     return [MinValueValidator(minimum, f"{field_label} must be at least {minimum}.")]
+
+
+def time_zone_validator(value: str) -> None:
+    """An IANA time zone name this machine knows (e.g. Europe/Amsterdam, UTC)."""
+    try:
+        zoneinfo.ZoneInfo(value)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise ValidationError(
+            f"{value!r} is not a time zone this server knows; use an IANA name such as "
+            "Europe/Amsterdam or UTC.",
+            code="invalid_time_zone",
+        ) from None
+
+
+currency_validator = RegexValidator(
+    r"^[A-Z]{3}$", "Use a three-letter currency code, e.g. EUR.", code="invalid_currency"
+)

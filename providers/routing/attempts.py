@@ -6,24 +6,37 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
 from providers.adapters.errors import ERROR_TABLE, ErrorClass, ErrorRule, ProviderError
-from providers.adapters.messages import Completion, estimate_tokens
+from providers.adapters.messages import Completion, CompletionRequest
 from providers.adapters.scrub import scrub, scrubbed_traceback
 from providers.adapters.stream import CompletionStream
+from providers.aio import spawn
 from providers.engine import breaker
 from providers.engine.breaker import Admission, BreakerState
-from providers.engine.budgets import budget_gate
-from providers.engine.config import PolicyConfig, ProviderConfig
+from providers.engine.budgets import (
+    Hold,
+    answer_tokens_reserved,
+    budget_gate,
+    hold_seconds,
+    holds_for,
+    prompt_tokens_reserved,
+    usage,
+)
+from providers.engine.config import BudgetConfig, PolicyConfig, ProviderConfig
 from providers.engine.health import health_skip
 from providers.routing.answer_cache import cache_write
 from providers.routing.rate_limits import rate_increments, rate_recorded
 from providers.routing.walk import MIN_ATTEMPT_S, Attempt, AttemptResult, Ticket, Walk
-from providers.state.contract import Sample, SpendIncrement, Windows, spend_key
+from providers.state.contract import HoldRelease, Sample, SpendIncrement, Windows, spend_key
 
 logger = logging.getLogger(__name__)
+
+# Releases of cancelled requests' holds, kept until done (the loop holds tasks only weakly).
+_releasing: set[asyncio.Task[None]] = set()
 
 
 async def admit(walk: Walk, provider: ProviderConfig) -> Ticket | AttemptResult:
@@ -38,7 +51,7 @@ async def admit(walk: Walk, provider: ProviderConfig) -> Ticket | AttemptResult:
         return AttemptResult(Attempt(name, "skipped", "api_key_missing"))
     budgets = [b for b in walk.snapshot.budgets if b.applies_to(provider, request.client)]
     now = ports.clock.wall()
-    keys = {b.id: spend_key(b.id, b.period, now) for b in budgets}
+    keys = {b.id: spend_key(b.id, b.period, now, walk.policy.time_zone) for b in budgets}
     spend_keys = [key for key, _ in keys.values()]
     # In steady state the previous call's reply answers this (one round trip a request).
     heard = ports.readings.lookup(name, spend_keys, ports.clock.mono())
@@ -66,14 +79,13 @@ async def admit(walk: Walk, provider: ProviderConfig) -> Ticket | AttemptResult:
         walk.events.extend(decision.events)
         return AttemptResult(Attempt(name, "skipped", decision.reason))
 
-    estimate = provider.cost(
-        estimate_tokens(request.completion.all_text()), request.completion.max_tokens or 256
-    )
-    budget_skip = budget_gate(budgets, keys, spent, estimate, request.priority)
+    holds = reservation(request.completion, provider, budgets, keys, request.priority)
+    budget_skip = budget_gate(spent, holds)
     if budget_skip:
         return AttemptResult(Attempt(name, "skipped", budget_skip))
 
-    if walk.deadline - ports.clock.mono() < MIN_ATTEMPT_S:  # the bookkeeping took the time
+    time_left = walk.deadline - ports.clock.mono()
+    if time_left < MIN_ATTEMPT_S:  # the bookkeeping took the time
         return AttemptResult(Attempt(name, "skipped", "deadline_exceeded"))
     was_probe = decision.admission == Admission.PROBE
     if was_probe and not await store.acquire_probe(
@@ -83,7 +95,49 @@ async def admit(walk: Walk, provider: ProviderConfig) -> Ticket | AttemptResult:
             breaker.BreakerEvent(breaker.EventKind.PROBE_REJECTED, name, ports.clock.wall())
         )
         return AttemptResult(Attempt(name, "skipped", "probe_rejected"))
-    return Ticket(provider, adapter, state, was_probe, budgets, keys, ports.clock.mono())
+    completion, release = request.completion, None
+    if holds:
+        holder = f"{request.request_id}:{name}"
+        expires_at = now + hold_seconds(
+            provider, time_left, stream=request.stream, grace_s=policy.request_deadline_s
+        )
+        reserved = await store.reserve(holder, holds, now=now, expires_at=expires_at)
+        ports.readings.note(None, None, reserved.spent, ports.clock.mono())
+        if reserved.refusal:
+            if was_probe:  # it will never report: its slot goes to the next call
+                await store.release_probe(name, state.version)
+            return AttemptResult(Attempt(name, "skipped", reserved.refusal))
+        release = HoldRelease(holder, tuple(hold.key for hold in holds))
+        if completion.max_tokens is None:  # so the reservation really is the worst case
+            completion = replace(completion, max_tokens=answer_tokens_reserved(None))
+    return Ticket(
+        provider,
+        adapter,
+        state,
+        was_probe,
+        budgets,
+        keys,
+        ports.clock.mono(),
+        completion,
+        release,
+    )
+
+
+def reservation(
+    completion: CompletionRequest,
+    provider: ProviderConfig,
+    budgets: list[BudgetConfig],
+    keys: dict[int, tuple[str, int]],
+    priority: str,
+) -> list[Hold]:
+    """What a call must hold against its budgets: its worst case, the prompt's tokens from
+    above and the answer's most."""
+    if not budgets:
+        return []
+    tokens_in = prompt_tokens_reserved(completion.all_text(), len(completion.history) + 1)
+    tokens_out = answer_tokens_reserved(completion.max_tokens)
+    cost = provider.cost(tokens_in, tokens_out)
+    return holds_for(budgets, keys, cost, tokens_in + tokens_out, priority)
 
 
 def health_gate(walk: Walk, state: BreakerState) -> str:
@@ -127,7 +181,7 @@ async def attempt(
         return admitted
     ticket, ports, name = admitted, walk.ports, provider.name
     adapter = ticket.adapter
-    request = walk.request.completion
+    request = ticket.request
     # The time left is measured now, after the bookkeeping, so the call can't overrun it.
     timeout = max(MIN_ATTEMPT_S, min(provider.timeout_s, walk.deadline - ticket.started))
     completion: Completion | None = None
@@ -151,8 +205,20 @@ async def attempt(
     except Cancelled:
         if ticket.was_probe:  # it will never report: its slot goes to the next call
             await ports.store.release_probe(name, ticket.state.version)
+        if ticket.release is not None:
+            await ports.store.release(ticket.release.holder, ticket.release.keys)
         latency_ms = round((ports.clock.mono() - ticket.started) * 1000)
-        return AttemptResult(Attempt(name, "cancelled", latency_ms=latency_ms))
+        return AttemptResult(
+            Attempt(name, "cancelled", latency_ms=latency_ms, model=provider.model)
+        )
+    except asyncio.CancelledError:
+        # The request itself was cancelled (its client went away): the holds go now, not when
+        # they lapse.
+        if ticket.release is not None:
+            task = spawn(ports.store.release(ticket.release.holder, ticket.release.keys))
+            _releasing.add(task)
+            task.add_done_callback(_releasing.discard)
+        raise
     except ProviderError as exc:
         error = exc
     except Exception as exc:
@@ -169,7 +235,7 @@ async def attempt(
     latency_s = ports.clock.mono() - ticket.started
 
     if stream is not None:  # settled when it ends (finish_stream)
-        attempt = Attempt(name, "ok", latency_ms=round(latency_s * 1000))
+        attempt = Attempt(name, "ok", latency_ms=round(latency_s * 1000), model=provider.model)
         return AttemptResult(attempt, stream=stream, ticket=ticket)
     attempt, cost = await settle(walk, ticket, completion, error, latency_s, cache=True)
     return AttemptResult(attempt, completion, error=error, cost=cost)
@@ -195,11 +261,14 @@ async def settle(
     spend: tuple[SpendIncrement, ...] = ()
     if completion is not None:  # what was used, even of an answer that broke off
         cost = provider.cost(completion.tokens_in, completion.tokens_out)
-        if cost:
-            spend = tuple(
-                SpendIncrement(key, float(cost), ttl)
-                for key, ttl in (ticket.keys[b.id] for b in ticket.budgets)
+        tokens = completion.tokens_in + completion.tokens_out
+        spend = tuple(
+            SpendIncrement(key, amount, ttl)
+            for key, ttl, amount in (
+                (*ticket.keys[b.id], usage(b, cost, tokens)) for b in ticket.budgets
             )
+            if amount > 0
+        )
     rate_spend, rate_read = rate_increments(
         walk.request.rate,
         completion.tokens_in + completion.tokens_out if completion is not None else 0,
@@ -226,6 +295,7 @@ async def settle(
         spend=spend + rate_spend,
         cache=saved,
         read_spend=[*(key for key, _ in ticket.keys.values()), *rate_read],
+        release=ticket.release,
     )
     current, stats = recorded.state, recorded.stats
     ports.readings.note(name, current, recorded.spent, ports.clock.mono())
@@ -250,7 +320,7 @@ async def settle(
 
     latency_ms = round(latency_s * 1000)
     if error is None:
-        return Attempt(name, "ok", latency_ms=latency_ms), cost
+        return Attempt(name, "ok", latency_ms=latency_ms, model=provider.model, cost=cost), cost
     attempt = Attempt(
         name,
         "error",
@@ -258,6 +328,8 @@ async def settle(
         latency_ms=latency_ms,
         status=error.status,
         detail=error.message[:200],
+        model=provider.model,
+        cost=cost,
     )
     return attempt, cost
 

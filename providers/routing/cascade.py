@@ -177,6 +177,7 @@ async def finish_stream(
     first_token_s = attempt.latency_ms / 1000
     settled, cost = await settle(walk, ticket, completion, error, first_token_s, cache=whole)
     attempt.outcome, attempt.error_class = settled.outcome, settled.error_class
+    attempt.cost = settled.cost
     attempt.latency_ms, attempt.status, attempt.detail = (
         settled.latency_ms,
         settled.status,

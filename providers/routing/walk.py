@@ -16,6 +16,7 @@ from providers.engine.breaker import BreakerEvent, BreakerState
 from providers.engine.config import BudgetConfig, PolicyConfig, ProviderConfig, Snapshot
 from providers.routing.ports import Ports
 from providers.routing.rate_limits import RateTicket
+from providers.state.contract import HoldRelease
 
 # An attempt with less time than this left isn't worth starting.
 MIN_ATTEMPT_S = 0.05
@@ -44,9 +45,13 @@ class Attempt:
     latency_ms: int = 0
     status: int | None = None
     detail: str = ""
+    model: str = ""  # of an attempt that was made
+    cost: Decimal | None = None  # what it used, at the provider's prices (None: made no call)
 
     def as_dict(self) -> dict[str, Any]:
         row: dict[str, Any] = {"provider": self.provider, "outcome": self.outcome}
+        if self.model:
+            row["model"] = self.model
         if self.error_class:
             row["error_class"] = self.error_class
         if self.outcome != "skipped":
@@ -55,6 +60,8 @@ class Attempt:
             row["status"] = self.status
         if self.detail:
             row["detail"] = self.detail
+        if self.cost is not None:
+            row["cost"] = str(self.cost)
         return row
 
 
@@ -85,6 +92,10 @@ class Ticket:
     budgets: list[BudgetConfig]
     keys: dict[int, tuple[str, int]]
     started: float
+    # What the call asks (capped at its reservation's answer tokens) and the budget holds its
+    # record settles.
+    request: CompletionRequest
+    release: HoldRelease | None = None
 
 
 @dataclass(slots=True)

@@ -79,8 +79,10 @@ DEMO_PROVIDERS: tuple[dict[str, Any], ...] = (
         "is_local": False,
         "timeout_s": 15.0,
         "context_window": 128_000,
-        "price_input_per_1m": Decimal("0.15"),
-        "price_output_per_1m": Decimal("0.60"),
+        # gpt-4o-mini's $0.15 / $0.60 per 1M tokens at 0.93 EUR to the dollar (the seeds
+        # think in EUR, the policy's default currency).
+        "price_input_per_1m": Decimal("0.1395"),
+        "price_output_per_1m": Decimal("0.558"),
     },
     {
         "name": "anthropic-cloud",
@@ -93,8 +95,8 @@ DEMO_PROVIDERS: tuple[dict[str, Any], ...] = (
         "is_local": False,
         "timeout_s": 15.0,
         "context_window": 200_000,
-        "price_input_per_1m": Decimal("0.80"),
-        "price_output_per_1m": Decimal("4.00"),
+        "price_input_per_1m": Decimal("0.744"),  # $0.80 / $4.00 at 0.93
+        "price_output_per_1m": Decimal("3.72"),
     },
 )
 
@@ -129,7 +131,11 @@ def demo_configuration_load() -> bool:
     ]
     for budget in budgets:
         taken = Budget.objects.filter(
-            scope=budget.scope, provider=budget.provider, client="", period=budget.period
+            scope=budget.scope,
+            provider=budget.provider,
+            client_app=None,
+            period=budget.period,
+            unit=budget.unit,
         ).exists()
         if not taken:
             budget.full_clean()

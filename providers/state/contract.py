@@ -18,10 +18,10 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from providers.engine.breaker import BreakerState, Mode, WindowStats
+from providers.engine.budgets import Hold, budget_period
 from providers.engine.health import HealthState
 from providers.engine.rate import Limits, RateKeys
 from providers.state import histogram
@@ -43,6 +43,24 @@ class SpendIncrement:
     key: str
     amount: float
     ttl_s: int
+
+
+@dataclass(frozen=True, slots=True)
+class HoldRelease:
+    """A call's holds to drop (`StateStore.reserve` took them under `holder`)."""
+
+    holder: str
+    keys: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Reserved:
+    """What `reserve` answers: why not ("" when every hold was taken), and each counter's
+    settled spend and its holds (this call's included, when taken) as they then were."""
+
+    refusal: str
+    spent: dict[str, float]
+    held: dict[str, float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,12 +112,11 @@ class StatusRead:
     spent: dict[str, float]
 
 
-def spend_key(budget_id: int, period: str, now: float) -> tuple[str, int]:
-    """The counter of one budget for the period that `now` falls in, and its time to live."""
-    moment = datetime.fromtimestamp(now, UTC)
-    if period == "month":
-        return f"spend:{budget_id}:{moment:%Y-%m}", 62 * 86_400
-    return f"spend:{budget_id}:{moment:%Y-%m-%d}", 2 * 86_400
+def spend_key(budget_id: int, period: str, now: float, zone: str = "UTC") -> tuple[str, int]:
+    """The counter of one budget for the calendar day or month (in `zone`) that `now` falls
+    in, and its time to live: a day past the period's end."""
+    current = budget_period(period, now, zone)
+    return f"spend:{budget_id}:{current.label}", max(60, round(current.end - now) + 86_400)
 
 
 class StateStore(ABC):
@@ -124,6 +141,7 @@ class StateStore(ABC):
         spend: tuple[SpendIncrement, ...] = (),
         cache: CacheWrite | None = None,
         read_spend: Iterable[str] = (),
+        release: HoldRelease | None = None,
     ) -> Recorded:
         """Count a finished call (and its spend) atomically, in one round trip; answers the
         breaker as it now is (with its health verdict), the window sums when asked (calls
@@ -131,7 +149,8 @@ class StateStore(ABC):
         every spend key in `spend` and `read_spend` after the increments: what the next
         admission needs. A probe's success counts toward closing only if the breaker is still
         at the half-open version that admitted it. `cache` is stored in the same round trip,
-        as `cache_put` would."""
+        as `cache_put` would. `release` drops the call's budget holds in the same step as its
+        spend is added, so no other call ever sees it counted twice or not at all."""
 
     @abstractmethod
     async def transition(self, name: str, expected_version: int, new: BreakerState) -> bool:
@@ -175,6 +194,24 @@ class StateStore(ABC):
     async def seed_spend(self, key: str, amount: float, ttl_s: int) -> None:
         """Raise a spend counter to at least `amount`, the ledger's figure: a counter lost with
         a Redis restart comes back, one ahead of the (batched) ledger is kept as it is."""
+
+    @abstractmethod
+    async def reserve(
+        self, holder: str, holds: Sequence[Hold], *, now: float, expires_at: float
+    ) -> Reserved:
+        """Take every hold under `holder` if each fits its budget (`budgets.hold_refusal`
+        against the counter's spend plus every live hold on it), or none: atomic across
+        processes, so calls admitted at once can't together pass a cap. Holds past their
+        `expires_at` (their process died mid-call) are dropped first."""
+
+    @abstractmethod
+    async def release(self, holder: str, keys: Iterable[str]) -> None:
+        """Drop `holder`'s holds on these counters (a call that never reached `record`: lost
+        a hedged race, or was abandoned)."""
+
+    @abstractmethod
+    async def holds_read(self, keys: Iterable[str], *, now: float) -> dict[str, tuple[int, float]]:
+        """Each counter's live holds: how many, and their sum."""
 
     @abstractmethod
     async def rate_take(

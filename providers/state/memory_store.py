@@ -12,12 +12,15 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
 from providers.engine.breaker import BreakerState, Mode, State, WindowStats
+from providers.engine.budgets import Hold
 from providers.engine.health import Health, HealthState, next_health
 from providers.engine.rate import Limits, RateKeys, judge
 from providers.state import histogram
 from providers.state.contract import (
     CacheWrite,
+    HoldRelease,
     Recorded,
+    Reserved,
     Sample,
     SpendIncrement,
     StateStore,
@@ -25,6 +28,7 @@ from providers.state.contract import (
     Windows,
     summarize,
 )
+from providers.state.holds import Holds
 
 # One statistics bucket: the fields the Redis store keeps in its bucket hash (contract.py).
 Bucket = dict[str, int]
@@ -100,6 +104,7 @@ class MemoryStore(StateStore):
         self._spend: dict[str, float] = {}
         self._spend_expiry: dict[str, float] = {}  # key -> when it lapses, on `clock`
         self._writes_since_sweep = 0
+        self._holds = Holds()
         self._version = 0
         self._version_lock = threading.Lock()
         self._cache = AnswerCache(
@@ -134,6 +139,7 @@ class MemoryStore(StateStore):
         spend: tuple[SpendIncrement, ...] = (),
         cache: CacheWrite | None = None,
         read_spend: Iterable[str] = (),
+        release: HoldRelease | None = None,
     ) -> Recorded:
         buckets = self._buckets.setdefault(name, {})
         index = windows.bucket(now)
@@ -168,6 +174,8 @@ class MemoryStore(StateStore):
         self._states[name] = current
         for increment in spend:
             self._count(increment.key, increment.amount, increment.ttl_s)
+        if release is not None:
+            self._holds.release(release.holder, release.keys)
         if cache is not None:
             self._cache.put(cache.key, cache.value, cache.ttl_s)
         stats = None
@@ -273,6 +281,17 @@ class MemoryStore(StateStore):
         if self._counter(key) < amount:
             self._spend[key] = amount
             self._spend_expiry[key] = self._clock() + ttl_s
+
+    async def reserve(
+        self, holder: str, holds: Sequence[Hold], *, now: float, expires_at: float
+    ) -> Reserved:
+        return self._holds.reserve(holder, holds, self._counter, now=now, expires_at=expires_at)
+
+    async def release(self, holder: str, keys: Iterable[str]) -> None:
+        self._holds.release(holder, keys)
+
+    async def holds_read(self, keys: Iterable[str], *, now: float) -> dict[str, tuple[int, float]]:
+        return self._holds.read(keys, now=now)
 
     async def rate_take(
         self,

@@ -18,9 +18,11 @@ VERSION_KEY = "fo:config:version"
 SENTINEL_LAST_RUN_KEY = "fo:sentinel:last_run"
 
 # KEYS: breaker, the call's bucket, health, the spend keys to increment, the spend keys to read,
-# then the cache entry's key when there is one (ARGV[14] > 0). A bucket carries the `epoch` of
-# the breaker it counted for (field `e`): `set_mode` moves the breaker's, so the calls counted
-# before it stop counting, and a bucket of an older epoch is emptied before it counts again.
+# the holds to release (each counter's hash and expiry set), then the cache entry's key when
+# there is one (ARGV[14] > 0). ARGV after the increments' pairs: the holder, how many holds.
+# A bucket carries the `epoch` of the breaker it counted for (field `e`): `set_mode` moves the
+# breaker's, so the calls counted before it stop counting, and a bucket of an older epoch is
+# emptied before it counts again.
 RECORD = """
 local b, bk, hk = KEYS[1], KEYS[2], KEYS[3]
 local epoch = redis.call('HGET', b, 'epoch') or '0'
@@ -47,17 +49,24 @@ elseif ARGV[2] == '1' then
   end
 end
 local n_spend = tonumber(ARGV[16])
-local last_read = #KEYS
+local holder_at = 17 + 2 * n_spend
+local n_release = tonumber(ARGV[holder_at + 1] or '0')
+local last_read = #KEYS - 2 * n_release
 if ARGV[14] ~= '0' then
   -- the call's answer, cached with its counting: the last key is the cache entry's
   redis.call('SET', KEYS[#KEYS], ARGV[15], 'EX', tonumber(ARGV[14]))
-  last_read = #KEYS - 1
+  last_read = last_read - 1
 end
 local spent = {}
 for i = 1, n_spend do
   local a = 17 + (i - 1) * 2
   spent[i] = redis.call('INCRBYFLOAT', KEYS[3 + i], ARGV[a])
   redis.call('EXPIRE', KEYS[3 + i], tonumber(ARGV[a + 1]))
+end
+-- the call's budget holds go in the same step as its spend comes
+for i = 0, n_release - 1 do
+  redis.call('HDEL', KEYS[last_read + 1 + 2 * i], ARGV[holder_at])
+  redis.call('ZREM', KEYS[last_read + 2 + 2 * i], ARGV[holder_at])
 end
 for i = 4 + n_spend, last_read do
   spent[#spent + 1] = redis.call('GET', KEYS[i]) or '0'
@@ -259,3 +268,79 @@ def state_to_pairs(state: BreakerState) -> list[str]:
         value = getattr(state, f.name)
         pairs += [f.name, repr(value) if isinstance(value, float) else str(value)]
     return pairs
+
+
+# `budgets.hold_refusal` in Lua (change both). KEYS: per hold, its counter, the counter's holds
+# (hash holder -> amount) and their expiries (sorted set holder -> wall time). ARGV: the holder,
+# now, when the holds expire, then per hold its amount, limit, level and the keys' ttl. Every
+# hold is taken, or none; lapsed holds (their process died mid-call) are dropped first.
+RESERVE = """
+local holder, now, expires = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local n = #KEYS / 3
+local spent, held, refusal = {}, {}, ''
+for i = 1, n do
+  local h, x = KEYS[3 * i - 1], KEYS[3 * i]
+  local lapsed = redis.call('ZRANGEBYSCORE', x, '-inf', now)
+  if #lapsed > 0 then
+    redis.call('HDEL', h, unpack(lapsed))
+    redis.call('ZREMRANGEBYSCORE', x, '-inf', now)
+  end
+  local total = 0
+  for _, v in ipairs(redis.call('HVALS', h)) do total = total + tonumber(v) end
+  spent[i] = tonumber(redis.call('GET', KEYS[3 * i - 2]) or '0')
+  held[i] = total
+  if refusal == '' then
+    local a = 4 + (i - 1) * 4
+    local used = spent[i] + total
+    if used + tonumber(ARGV[a]) > tonumber(ARGV[a + 1]) + 1e-9 then
+      refusal = 'budget_exhausted'
+    elseif used >= tonumber(ARGV[a + 2]) - 1e-9 then
+      refusal = 'budget_high_priority_only'
+    end
+  end
+end
+if refusal == '' then
+  for i = 1, n do
+    local a = 4 + (i - 1) * 4
+    local h, x, ttl = KEYS[3 * i - 1], KEYS[3 * i], tonumber(ARGV[a + 3])
+    redis.call('HSET', h, holder, ARGV[a])
+    redis.call('ZADD', x, expires, holder)
+    for _, k in ipairs({h, x}) do
+      if redis.call('TTL', k) < ttl then redis.call('EXPIRE', k, ttl) end
+    end
+    held[i] = held[i] + tonumber(ARGV[a])
+  end
+end
+for i = 1, n do
+  spent[i] = string.format('%.17g', spent[i])
+  held[i] = string.format('%.17g', held[i])
+end
+return {refusal, spent, held}
+"""
+
+# KEYS: per counter, its holds and their expiries (as RESERVE's). ARGV: now. Each counter's
+# live holds: how many, and their sum.
+HOLDS_READ = """
+local now = tonumber(ARGV[1])
+local out = {}
+for i = 1, #KEYS / 2 do
+  local h, x = KEYS[2 * i - 1], KEYS[2 * i]
+  local lapsed = redis.call('ZRANGEBYSCORE', x, '-inf', now)
+  if #lapsed > 0 then
+    redis.call('HDEL', h, unpack(lapsed))
+    redis.call('ZREMRANGEBYSCORE', x, '-inf', now)
+  end
+  local total, count = 0, 0
+  for _, v in ipairs(redis.call('HVALS', h)) do
+    total = total + tonumber(v)
+    count = count + 1
+  end
+  out[#out + 1] = {count, string.format('%.17g', total)}
+end
+return out
+"""
+
+
+def hold_keys(counter: str) -> tuple[str, str]:
+    """A budget counter's holds (hash) and their expiries (sorted set)."""
+    return f"fo:{counter}:holds", f"fo:{counter}:hold_expiry"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
@@ -24,13 +25,16 @@ import redis
 import redis.asyncio as aioredis
 
 from providers.engine.breaker import BreakerState, Mode, WindowStats
+from providers.engine.budgets import Hold
 from providers.engine.health import Health, HealthState
 from providers.engine.rate import Limits, RateKeys
 from providers.state import histogram
 from providers.state import redis_scripts as scripts
 from providers.state.contract import (
     CacheWrite,
+    HoldRelease,
     Recorded,
+    Reserved,
     Sample,
     SpendIncrement,
     StateStore,
@@ -77,6 +81,8 @@ class RedisStore(StateStore):
                 client.register_script(scripts.RELEASE_PROBE),
                 client.register_script(scripts.HEALTH_RECORD),
                 client.register_script(scripts.RATE_TAKE),
+                client.register_script(scripts.RESERVE),
+                client.register_script(scripts.HOLDS_READ),
             )
         return entry
 
@@ -116,6 +122,7 @@ class RedisStore(StateStore):
         spend: tuple[SpendIncrement, ...] = (),
         cache: CacheWrite | None = None,
         read_spend: Iterable[str] = (),
+        release: HoldRelease | None = None,
     ) -> Recorded:
         index = windows.bucket(now)
         longest = max(windows.failure_window_s, windows.p95_window_s)
@@ -141,6 +148,8 @@ class RedisStore(StateStore):
         args.append(len(spend))
         for increment in spend:
             args += [repr(increment.amount), increment.ttl_s]
+        if release is not None:
+            args += [release.holder, len(release.keys)]
         # A key incremented is answered with its new value; only the others are read.
         incremented = [increment.key for increment in spend]
         read_only = [key for key in dict.fromkeys(read_spend) if key not in incremented]
@@ -150,6 +159,9 @@ class RedisStore(StateStore):
             scripts.health_key(name),
         ]
         keys += [f"fo:{key}" for key in (*incremented, *read_only)]
+        if release is not None:
+            for counter in release.keys:
+                keys += scripts.hold_keys(counter)
         if cache is not None:
             keys.append(f"fo:{cache.key}")
         raw_state, raw_stats, raw_spent, status = await self._client()[1](keys=keys, args=args)
@@ -224,6 +236,45 @@ class RedisStore(StateStore):
 
     async def seed_spend(self, key: str, amount: float, ttl_s: int) -> None:
         await self._client()[5](keys=[f"fo:{key}"], args=[repr(amount), ttl_s])
+
+    async def reserve(
+        self, holder: str, holds: Sequence[Hold], *, now: float, expires_at: float
+    ) -> Reserved:
+        if not holds:
+            return Reserved("", {}, {})
+        keys: list[str] = []
+        args: list[Any] = [holder, repr(now), repr(expires_at)]
+        for hold in holds:
+            keys += [f"fo:{hold.key}", *scripts.hold_keys(hold.key)]
+            # Past the key's own ttl a hold can't matter: its period is over.
+            ttl = max(hold.ttl_s, math.ceil(expires_at - now) + 60)
+            args += [repr(hold.amount), repr(hold.limit), repr(min(hold.level, 1e300)), ttl]
+        refusal, spent, held = await self._client()[9](keys=keys, args=args)
+        names = [hold.key for hold in holds]
+        return Reserved(
+            refusal,
+            {key: float(value) for key, value in zip(names, spent, strict=True)},
+            {key: float(value) for key, value in zip(names, held, strict=True)},
+        )
+
+    async def release(self, holder: str, keys: Iterable[str]) -> None:
+        async with self._client()[0].pipeline(transaction=False) as pipe:
+            for counter in keys:
+                holds, expiries = scripts.hold_keys(counter)
+                pipe.hdel(holds, holder)
+                pipe.zrem(expiries, holder)
+            await pipe.execute()
+
+    async def holds_read(self, keys: Iterable[str], *, now: float) -> dict[str, tuple[int, float]]:
+        names = tuple(keys)
+        if not names:
+            return {}
+        redis_keys = [key for counter in names for key in scripts.hold_keys(counter)]
+        rows = await self._client()[10](keys=redis_keys, args=[repr(now)])
+        return {
+            counter: (int(count), float(total))
+            for counter, (count, total) in zip(names, rows, strict=True)
+        }
 
     async def rate_take(
         self,

@@ -12,11 +12,14 @@ from typing import Any
 import redis
 
 from providers.engine.breaker import BreakerState, Mode
+from providers.engine.budgets import Hold
 from providers.engine.health import HealthState
 from providers.engine.rate import Limits, RateKeys
 from providers.state.contract import (
     CacheWrite,
+    HoldRelease,
     Recorded,
+    Reserved,
     Sample,
     SpendIncrement,
     StateStore,
@@ -111,6 +114,7 @@ class ResilientStore(StateStore):
         spend: tuple[SpendIncrement, ...] = (),
         cache: CacheWrite | None = None,
         read_spend: Iterable[str] = (),
+        release: HoldRelease | None = None,
     ) -> Recorded:
         result: Recorded = await self._call(
             "record",
@@ -123,6 +127,7 @@ class ResilientStore(StateStore):
             spend=spend,
             cache=cache,
             read_spend=tuple(read_spend),  # a generator would be spent by a failed first try
+            release=release,
         )
         return result
 
@@ -156,6 +161,21 @@ class ResilientStore(StateStore):
 
     async def seed_spend(self, key: str, amount: float, ttl_s: int) -> None:
         await self._call("seed_spend", key, amount, ttl_s)
+
+    async def reserve(
+        self, holder: str, holds: Sequence[Hold], *, now: float, expires_at: float
+    ) -> Reserved:
+        result: Reserved = await self._call(
+            "reserve", holder, tuple(holds), now=now, expires_at=expires_at
+        )
+        return result
+
+    async def release(self, holder: str, keys: Iterable[str]) -> None:
+        await self._call("release", holder, tuple(keys))
+
+    async def holds_read(self, keys: Iterable[str], *, now: float) -> dict[str, tuple[int, float]]:
+        result: dict[str, tuple[int, float]] = await self._call("holds_read", tuple(keys), now=now)
+        return result
 
     async def rate_take(
         self,

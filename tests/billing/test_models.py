@@ -6,7 +6,7 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from billing.models import Budget, CallRecord
-from tests.factories import make_budget, make_call_record, make_provider
+from tests.factories import make_budget, make_call_record, make_client_app, make_provider
 
 pytestmark = pytest.mark.django_db
 
@@ -25,22 +25,30 @@ class TestBudget:
             85,
             100,
         )
-        assert budget.currency == "USD"
-        assert str(budget) == "all traffic: 10.00 USD per day"
+        assert budget.unit == "money"  # in the policy's currency
+        assert str(budget) == "all traffic: 10.00 per day"
 
     def test_a_provider_budget_names_its_provider(self):
         assert "provider" in _errors(Budget(scope="provider", period="day", cap=Decimal("1")))
         provider = make_provider(name="openai-cloud")
         budget = make_budget(scope="provider", provider=provider, cap=Decimal("3"))
-        assert str(budget) == "provider openai-cloud: 3.00 USD per day"
+        assert str(budget) == "provider openai-cloud: 3.00 per day"
 
-    def test_a_client_budget_names_its_client(self):
-        assert "client" in _errors(Budget(scope="client", period="month", cap=Decimal("1")))
-        make_budget(scope="client", client="web-frontend", period="month")
+    def test_a_client_budget_names_its_client_app(self):
+        assert "client_app" in _errors(Budget(scope="client", period="month", cap=Decimal("1")))
+        app = make_client_app(name="web-frontend")
+        budget = make_budget(scope="client", client_app=app, period="month")
+        assert str(budget) == "client web-frontend: 10.00 per month"
 
     def test_an_all_traffic_budget_names_neither(self):
-        errors = _errors(Budget(scope="all", client="web", period="day", cap=Decimal("1")))
-        assert "client" in errors
+        app = make_client_app(name="web")
+        errors = _errors(Budget(scope="all", client_app=app, period="day", cap=Decimal("1")))
+        assert "client_app" in errors
+
+    def test_a_token_budget_counts_tokens(self):
+        budget = make_budget(unit="tokens", cap=Decimal("2000000"))
+        assert str(budget) == "all traffic: 2,000,000 tokens per day"
+        make_budget(unit="money")  # a money budget for the same scope and period beside it
 
     def test_levels_must_rise(self):
         budget = Budget(
@@ -55,7 +63,7 @@ class TestBudget:
             ("cap", Decimal("-5")),
             ("warn_pct", 0),
             ("hard_stop_pct", 101),
-            ("currency", "usd"),
+            ("unit", "euros"),
         ],
     )
     def test_it_rejects_out_of_range_values(self, field, value):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
@@ -527,7 +528,8 @@ async def test_a_self_hosted_providers_spend_never_counts_against_a_cloud_budget
     )
     await _spent_today("0.25")
     budget = await sync_to_async(Budget.objects.get)()
-    spent = await sync_to_async(budget_spend)(budget_id=budget.pk, now=clock.time())
+    since = datetime.fromtimestamp(clock.time(), UTC).replace(hour=0, minute=0, second=0)
+    spent = await sync_to_async(budget_spend)(budget_id=budget.pk, since=since)
     assert spent == Decimal("0.25")
 
 

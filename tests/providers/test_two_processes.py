@@ -7,15 +7,20 @@ import signal
 import subprocess
 import sys
 import time
+from decimal import Decimal
 from pathlib import Path
 
 import httpx
 import pytest
 import redis
 from django.conf import settings
+from django.db.models import Sum
 
 from billing.models import CallRecord
+from providers.engine.budgets import prompt_tokens_reserved
 from providers.selectors import policy_get
+from providers.state.contract import spend_key
+from providers.state.redis_store import RedisStore
 from tests.conftest import child_process_env
 from tests.factories import AUTH, make_client_app
 
@@ -30,6 +35,18 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+class ServingProcesses(list):
+    """The processes' URLs, and a way to kill the first as a crash would."""
+
+    def __init__(self, urls: list[str], processes: list[subprocess.Popen]) -> None:
+        super().__init__(urls)
+        self.processes = processes
+
+    def kill_first(self) -> None:
+        self.processes[0].kill()
+        self.processes[0].wait(timeout=10)
 
 
 @pytest.fixture
@@ -61,7 +78,7 @@ def serving_processes(providers_configured, tmp_path):
                     pass
                 assert time.monotonic() < deadline
                 time.sleep(0.1)
-        yield urls
+        yield ServingProcesses(urls, processes)
     finally:
         for process in processes:
             process.send_signal(signal.SIGTERM)  # lifespan shutdown flushes the ledger
@@ -157,3 +174,98 @@ def test_a_client_apps_rate_limit_holds_across_processes(serving_processes, prim
     assert statuses == [200] * 6 + [429] * 4
     assert all(1 <= wait <= 120 for wait in waits)
     assert primary.calls == 6  # a refused request called nothing
+
+
+def _paid_only(cap: str, **policy_values) -> int:
+    """The cloud provider alone, at prices where "Say hello." with `ONE_CENT_TOKENS` answer
+    tokens holds exactly 0.01; a day's budget of `cap` for all traffic."""
+    from billing.models import Budget
+    from providers.models import Provider
+
+    Provider.objects.filter(name="ollama-local").update(enabled=False)
+    Provider.objects.filter(name="openai-cloud").update(
+        price_input_per_1m=Decimal("100"), price_output_per_1m=Decimal("100")
+    )
+    budget = Budget.objects.create(scope="all", period="day", cap=Decimal(cap))
+    policy = policy_get()
+    for name, value in policy_values.items():
+        setattr(policy, name, value)
+    policy.save()
+    redis.Redis.from_url(settings.REDIS_URL).incr("fo:config:version")
+    time.sleep(1.2)  # both processes poll the version every 0.5 s
+    return budget.pk
+
+
+ONE_CENT_TOKENS = 100 - prompt_tokens_reserved("Say hello.", 1)
+
+
+def _holds(budget_id: int) -> tuple[int, float]:
+    store = RedisStore(settings.REDIS_URL)
+
+    async def read() -> tuple[int, float]:
+        try:
+            key = spend_key(budget_id, "day", time.time())[0]
+            return (await store.holds_read([key], now=time.time()))[key]
+        finally:
+            await store.aclose()
+
+    return asyncio.run(read())
+
+
+def test_a_budget_holds_under_concurrent_requests_across_processes(
+    serving_processes, secondary
+):
+    budget_id = _paid_only("0.10")
+    secondary.set_fault(mode="slow", delay_ms=500)
+    first, second = serving_processes
+    body = {"prompt": "Say hello.", "max_tokens": ONE_CENT_TOKENS, "priority": "high",
+            "cache": False}  # fmt: skip
+
+    async def burst() -> list[dict]:
+        async with httpx.AsyncClient(timeout=20, headers=AUTH) as client:
+            responses = await asyncio.gather(
+                *(client.post(f"{url}/api/v1/complete", json=body) for url in [first, second] * 25)
+            )
+        return [r.json() for r in responses]
+
+    answers = asyncio.run(burst())
+    paid = [a for a in answers if a.get("provider") == "openai-cloud"]
+    assert 1 <= len(paid) <= 11  # the cap, plus at most one request's reservation
+    assert secondary.calls == len(paid)
+    assert _holds(budget_id) == (0, 0.0)  # every hold settled or released
+    ids = {a["request_id"] for a in paid}
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # each process flushes within a second
+        spent = CallRecord.objects.filter(request_id__in=ids).aggregate(total=Sum("cost"))
+        if CallRecord.objects.filter(request_id__in=ids).count() == len(ids):
+            break
+        time.sleep(0.2)
+    assert spent["total"] <= Decimal("0.11")
+
+
+def test_a_hold_left_by_a_process_killed_mid_call_lapses(serving_processes, secondary):
+    budget_id = _paid_only("0.01", request_deadline_s=1.0)
+    secondary.set_fault(mode="slow", delay_ms=3000)
+    first, second = serving_processes
+    body = {"prompt": "Say hello.", "max_tokens": ONE_CENT_TOKENS, "priority": "high",
+            "cache": False}  # fmt: skip
+
+    async def killed_mid_call() -> None:
+        async with httpx.AsyncClient(timeout=10, headers=AUTH) as client:
+            call = asyncio.ensure_future(client.post(f"{first}/api/v1/complete", json=body))
+            while secondary.calls == 0:
+                await asyncio.sleep(0.02)
+            serving_processes.kill_first()
+            with pytest.raises(httpx.TransportError):
+                await call
+
+    asyncio.run(killed_mid_call())
+    assert _holds(budget_id)[0] == 1  # its process is gone; the whole cent is still held
+    refused = httpx.post(f"{second}/api/v1/complete", json=body, headers=AUTH, timeout=10)
+    assert refused.json().get("provider") != "openai-cloud"
+    # The hold lapses at the call's longest (the 1 s deadline) plus one deadline more.
+    time.sleep(2.5)
+    secondary.set_fault(mode="ok")
+    answered = httpx.post(f"{second}/api/v1/complete", json=body, headers=AUTH, timeout=10)
+    assert answered.json()["provider"] == "openai-cloud", answered.json()
+    assert _holds(budget_id) == (0, 0.0)
