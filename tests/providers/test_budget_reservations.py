@@ -1,3 +1,4 @@
+# ruff: noqa: F811 - `store` is the two stores' fixture, imported by name
 """Reserve, then settle: a paid call holds its worst case against every budget before it is
 made, so calls admitted at the same moment can't together pass a cap; its record settles what
 it used. The stores' atomic rule, the calendar periods, and the router's use of both."""
@@ -15,7 +16,12 @@ from asgiref.sync import sync_to_async
 from billing.models import Budget, CallRecord
 from providers.engine.budgets import Hold, budget_period, hold_refusal, prompt_tokens_reserved
 from providers.state.contract import HoldRelease, Sample, StateStore, Windows, spend_key
-from tests.providers.conftest import ask, ledger_rows, update_policy
+from tests.providers.conftest import (
+    ask,
+    ledger_rows,
+    round_trips_of_steady_requests,
+    update_policy,
+)
 from tests.providers.test_state_stores import store  # noqa: F401 - the two stores' fixture
 
 T0 = 1_700_000_000.0
@@ -99,7 +105,7 @@ class TestTheRule:
 
 
 class TestTheStores:
-    async def test_concurrent_reservations_take_exactly_what_fits(self, store: StateStore):
+    async def test_concurrent_reservations_take_exactly_what_fits(self, store: StateStore):  # noqa: F811
         results = await asyncio.gather(
             *(store.reserve(f"r{i}", [hold()], now=T0, expires_at=T0 + 60) for i in range(50))
         )
@@ -130,7 +136,7 @@ class TestTheStores:
         # What the call didn't use is free again: 0.015 spent leaves room for 0.085.
         assert not (await store.reserve("r2", [hold(0.085)], now=T0, expires_at=T0 + 60)).refusal
 
-    async def test_every_budget_or_none(self, store: StateStore):
+    async def test_every_budget_or_none(self, store: StateStore):  # noqa: F811
         day = hold(0.05, key="spend:1:2026-12-01")
         month = hold(0.05, key="spend:2:2026-12", limit=0.04)
         reserved = await store.reserve("r1", [day, month], now=T0, expires_at=T0 + 60)
@@ -138,7 +144,7 @@ class TestTheStores:
         read = await store.holds_read([day.key, month.key], now=T0)
         assert read == {day.key: (0, 0.0), month.key: (0, 0.0)}
 
-    async def test_a_hold_whose_process_died_lapses_at_its_expiry(self, store: StateStore):
+    async def test_a_hold_whose_process_died_lapses_at_its_expiry(self, store: StateStore):  # noqa: F811
         assert not (await store.reserve("dead", [hold(0.10)], now=T0, expires_at=T0 + 30)).refusal
         refused = await store.reserve("next", [hold(0.01)], now=T0 + 29, expires_at=T0 + 89)
         assert refused.refusal == "budget_exhausted"
@@ -146,7 +152,7 @@ class TestTheStores:
         assert not taken.refusal
         assert (await store.holds_read([hold().key], now=T0 + 31))[hold().key][0] == 1
 
-    async def test_a_released_hold_is_gone(self, store: StateStore):
+    async def test_a_released_hold_is_gone(self, store: StateStore):  # noqa: F811
         await store.reserve("r1", [hold(0.10)], now=T0, expires_at=T0 + 60)
         await store.release("r1", [hold().key])
         assert (await store.holds_read([hold().key], now=T0))[hold().key] == (0, 0.0)
@@ -304,3 +310,42 @@ async def test_counters_lost_are_rebuilt_from_the_ledger_in_tokens_too(
     )
     since = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     assert await sync_to_async(budget_spend)(budget_id=budget.pk, since=since) == 150
+
+
+async def test_the_watchdog_raises_50_85_and_100_percent_once_each(gateway, providers_configured):
+    from alerts.models import AlertEvent
+    from failover_site.runtime.jobs import watchdog_job
+
+    budget = await sync_to_async(Budget.objects.create)(
+        scope="all", period="day", cap=Decimal("1")
+    )
+    await update_policy()
+    key, ttl = spend_key(budget.pk, "day", time.time())
+    for spent in (0.3, 0.5, 0.6, 0.86, 0.9, 1.0, 1.0):
+        await gateway.store.seed_spend(key, spent, ttl)
+        for _ in range(2):  # it runs every 30 s: a level already raised adds nothing
+            await watchdog_job(gateway)
+    events = await sync_to_async(list)(AlertEvent.objects.filter(kind="budget").order_by("id"))
+    assert [e.data["level"] for e in events] == [50, 85, 100]
+    assert [e.severity for e in events] == ["warning", "warning", "critical"]
+    assert all(e.key.endswith(key.rsplit(":", 1)[-1]) for e in events)
+
+
+@pytest.mark.services
+async def test_a_free_call_beside_a_budget_still_makes_one_round_trip(api, gateway, monkeypatch):
+    await sync_to_async(Budget.objects.create)(scope="all", period="day", cap=Decimal("5"))
+    await update_policy()
+    # The self-hosted primary: no budget holds it, so its record is its one round trip.
+    assert await round_trips_of_steady_requests(api, monkeypatch) == [1] * 5
+
+
+@pytest.mark.services
+async def test_a_paid_call_under_a_budget_makes_two_round_trips(api, gateway, monkeypatch):
+    from providers.models import Provider
+
+    await sync_to_async(Budget.objects.create)(scope="all", period="day", cap=Decimal("5"))
+    await sync_to_async(Provider.objects.filter(name="ollama-local").update)(enabled=False)
+    await update_policy()
+    # The reservation before the call, the record (which settles it) after: the price of a cap
+    # that holds across processes.
+    assert await round_trips_of_steady_requests(api, monkeypatch) == [2] * 5
