@@ -54,10 +54,12 @@ class Gateway:
         )
 
     async def aclose(self) -> None:
-        """Shutdown: write what the ledger holds, close the provider clients."""
+        """Shutdown: write what the ledger holds, give the budget room kept for the next calls
+        back, close the provider clients."""
         try:
             await self.snapshots.aclose()
             await self.ledger.aclose()
+            await self.readings.standing.release_all(self.store)
         finally:
             try:
                 await self.adapters.aclose()

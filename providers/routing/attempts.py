@@ -97,17 +97,12 @@ async def admit(walk: Walk, provider: ProviderConfig) -> Ticket | AttemptResult:
         return AttemptResult(Attempt(name, "skipped", "probe_rejected"))
     completion, release = request.completion, None
     if holds:
-        holder = f"{request.request_id}:{name}"
-        expires_at = now + hold_seconds(
-            provider, time_left, stream=request.stream, grace_s=policy.request_deadline_s
-        )
-        reserved = await store.reserve(holder, holds, now=now, expires_at=expires_at)
-        ports.readings.note(None, None, reserved.spent, ports.clock.mono())
-        if reserved.refusal:
+        held = await hold(walk, provider, holds, time_left)
+        if isinstance(held, str):
             if was_probe:  # it will never report: its slot goes to the next call
                 await store.release_probe(name, state.version)
-            return AttemptResult(Attempt(name, "skipped", reserved.refusal))
-        release = HoldRelease(holder, tuple(hold.key for hold in holds))
+            return AttemptResult(Attempt(name, "skipped", held))
+        release = held
         if completion.max_tokens is None:  # so the reservation really is the worst case
             completion = replace(completion, max_tokens=answer_tokens_reserved(None))
     return Ticket(
@@ -120,7 +115,29 @@ async def admit(walk: Walk, provider: ProviderConfig) -> Ticket | AttemptResult:
         ports.clock.mono(),
         completion,
         release,
+        holds,
     )
+
+
+async def hold(
+    walk: Walk, provider: ProviderConfig, holds: list[Hold], time_left: float
+) -> HoldRelease | str:
+    """The call's holds on its budgets: a standing hold this process kept for it (no round
+    trip), or its own reservation; or why the budgets refuse it."""
+    ports, request, name = walk.ports, walk.request, provider.name
+    now = ports.clock.wall()
+    keys = tuple(h.key for h in holds)
+    if not request.stream:  # a stream may outlive a standing hold's trusted half
+        standing = ports.readings.standing.claim(name, holds, now)
+        if standing is not None:
+            return HoldRelease(standing, keys)
+    holder = f"{request.request_id}:{name}"
+    expires_at = now + hold_seconds(
+        provider, time_left, stream=request.stream, grace_s=walk.policy.request_deadline_s
+    )
+    reserved = await ports.store.reserve(holder, holds, now=now, expires_at=expires_at)
+    ports.readings.note(None, None, reserved.spent, ports.clock.mono())
+    return reserved.refusal or HoldRelease(holder, keys)
 
 
 def reservation(
@@ -278,6 +295,12 @@ async def settle(
     if cache and error is None and completion is not None and walk.cache_key:
         saved = cache_write(walk.cache_key, completion.text, name, now, walk.policy.cache_ttl_s)
     state = ticket.state
+    standing = None
+    if ticket.holds and not walk.request.stream:
+        life_s = 2 * hold_seconds(
+            provider, provider.timeout_s, stream=False, grace_s=policy.request_deadline_s
+        )
+        standing = ports.readings.standing.offer(name, ticket.holds, life_s)
     recorded = await store.record(
         name,
         Sample(
@@ -296,7 +319,10 @@ async def settle(
         cache=saved,
         read_spend=[*(key for key, _ in ticket.keys.values()), *rate_read],
         release=ticket.release,
+        standing=standing,
     )
+    if standing is not None and recorded.standing_taken:
+        ports.readings.standing.taken(name, standing, now)
     current, stats = recorded.state, recorded.stats
     ports.readings.note(name, current, recorded.spent, ports.clock.mono())
     rate_recorded(ports, walk.request.rate)

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from providers.engine.breaker import BreakerState, Mode, State
+from providers.routing.standing import StandingHolds
 
 
 class Readings:
@@ -31,6 +32,8 @@ class Readings:
         self._spent: dict[str, tuple[float, float]] = {}
         # Rate subject -> requests admitted here on what was heard, not yet recorded.
         self._pending: dict[str, int] = {}
+        # Budget room kept for this process's next paid calls (`providers.routing.standing`).
+        self.standing = StandingHolds(enabled=max_age_s > 0)
 
     def lookup(
         self, name: str, spend_keys: Iterable[str], now: float
@@ -97,3 +100,4 @@ class Readings:
         """A configuration change (an operator's override among them): read everything afresh."""
         self._breakers.clear()
         self._spent.clear()
+        self.standing.clear()

@@ -4,7 +4,7 @@ attempts."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
@@ -13,6 +13,7 @@ from providers.adapters.errors import ProviderError
 from providers.adapters.messages import Completion, CompletionRequest
 from providers.adapters.stream import CompletionStream
 from providers.engine.breaker import BreakerEvent, BreakerState
+from providers.engine.budgets import Hold
 from providers.engine.config import BudgetConfig, PolicyConfig, ProviderConfig, Snapshot
 from providers.routing.ports import Ports
 from providers.routing.rate_limits import RateTicket
@@ -96,6 +97,7 @@ class Ticket:
     # record settles.
     request: CompletionRequest
     release: HoldRelease | None = None
+    holds: list[Hold] = field(default_factory=list)
 
 
 @dataclass(slots=True)

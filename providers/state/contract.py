@@ -54,6 +54,16 @@ class HoldRelease:
 
 
 @dataclass(frozen=True, slots=True)
+class StandingTake:
+    """Holds for a process's next call, taken by `record` after it settles this one, if each
+    fits its `limit` (a share of the hard stop); they lapse `life_s` after `now`."""
+
+    holder: str
+    holds: tuple[Hold, ...]
+    life_s: float
+
+
+@dataclass(frozen=True, slots=True)
 class Reserved:
     """What `reserve` answers: why not ("" when every hold was taken), and each counter's
     settled spend and its holds (this call's included, when taken) as they then were."""
@@ -101,6 +111,7 @@ class Recorded:
     state: BreakerState  # as the breaker now is, with its health verdict, as `read` gives it
     stats: WindowStats | None  # the window sums, when asked for
     spent: dict[str, float]  # every spend key read or incremented, after the increments
+    standing_taken: bool = False  # the `standing` holds asked for were taken
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +153,7 @@ class StateStore(ABC):
         cache: CacheWrite | None = None,
         read_spend: Iterable[str] = (),
         release: HoldRelease | None = None,
+        standing: StandingTake | None = None,
     ) -> Recorded:
         """Count a finished call (and its spend) atomically, in one round trip; answers the
         breaker as it now is (with its health verdict), the window sums when asked (calls
@@ -150,7 +162,9 @@ class StateStore(ABC):
         admission needs. A probe's success counts toward closing only if the breaker is still
         at the half-open version that admitted it. `cache` is stored in the same round trip,
         as `cache_put` would. `release` drops the call's budget holds in the same step as its
-        spend is added, so no other call ever sees it counted twice or not at all."""
+        spend is added, so no other call ever sees it counted twice or not at all. `standing`
+        then takes holds for this process's next call, all of them or none, by `reserve`'s rule
+        (`providers.routing.standing`)."""
 
     @abstractmethod
     async def transition(self, name: str, expected_version: int, new: BreakerState) -> bool:

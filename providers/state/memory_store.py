@@ -23,6 +23,7 @@ from providers.state.contract import (
     Reserved,
     Sample,
     SpendIncrement,
+    StandingTake,
     StateStore,
     StatusRead,
     Windows,
@@ -140,6 +141,7 @@ class MemoryStore(StateStore):
         cache: CacheWrite | None = None,
         read_spend: Iterable[str] = (),
         release: HoldRelease | None = None,
+        standing: StandingTake | None = None,
     ) -> Recorded:
         buckets = self._buckets.setdefault(name, {})
         index = windows.bucket(now)
@@ -176,6 +178,15 @@ class MemoryStore(StateStore):
             self._count(increment.key, increment.amount, increment.ttl_s)
         if release is not None:
             self._holds.release(release.holder, release.keys)
+        standing_taken = standing is not None and not (
+            self._holds.reserve(
+                standing.holder,
+                standing.holds,
+                self._counter,
+                now=now,
+                expires_at=now + standing.life_s,
+            ).refusal
+        )
         if cache is not None:
             self._cache.put(cache.key, cache.value, cache.ttl_s)
         stats = None
@@ -183,7 +194,7 @@ class MemoryStore(StateStore):
             stats = self._stats(buckets, windows, index, windows.bucket(current.closed_at))
         spent = {key: self._counter(key) for key in read_spend}
         spent.update((increment.key, self._spend[increment.key]) for increment in spend)
-        return Recorded(self._with_health(name, current), stats, spent)
+        return Recorded(self._with_health(name, current), stats, spent, standing_taken)
 
     def _stats(
         self, buckets: dict[int, Bucket], windows: Windows, index: int, closed_bucket: int

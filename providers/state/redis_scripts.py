@@ -18,8 +18,10 @@ VERSION_KEY = "fo:config:version"
 SENTINEL_LAST_RUN_KEY = "fo:sentinel:last_run"
 
 # KEYS: breaker, the call's bucket, health, the spend keys to increment, the spend keys to read,
-# the holds to release (each counter's hash and expiry set), then the cache entry's key when
-# there is one (ARGV[14] > 0). ARGV after the increments' pairs: the holder, how many holds.
+# the holds to release (each counter's hash and expiry set), the standing holds to take (each
+# counter, its hash and expiry set), then the cache entry's key when there is one (ARGV[14] >
+# 0). ARGV after the increments' pairs: the holder and how many holds to release; the standing
+# holder, how many to take, when they lapse, now, and each one's amount, limit and ttl.
 # A bucket carries the `epoch` of the breaker it counted for (field `e`): `set_mode` moves the
 # breaker's, so the calls counted before it stop counting, and a bucket of an older epoch is
 # emptied before it counts again.
@@ -51,7 +53,9 @@ end
 local n_spend = tonumber(ARGV[16])
 local holder_at = 17 + 2 * n_spend
 local n_release = tonumber(ARGV[holder_at + 1] or '0')
-local last_read = #KEYS - 2 * n_release
+local st = holder_at + 2
+local n_standing = tonumber(ARGV[st + 1] or '0')
+local last_read = #KEYS - 2 * n_release - 3 * n_standing
 if ARGV[14] ~= '0' then
   -- the call's answer, cached with its counting: the last key is the cache entry's
   redis.call('SET', KEYS[#KEYS], ARGV[15], 'EX', tonumber(ARGV[14]))
@@ -67,6 +71,38 @@ end
 for i = 0, n_release - 1 do
   redis.call('HDEL', KEYS[last_read + 1 + 2 * i], ARGV[holder_at])
   redis.call('ZREM', KEYS[last_read + 2 + 2 * i], ARGV[holder_at])
+end
+-- then the standing holds for this process's next call, all or none, as RESERVE takes them
+local standing_taken = 0
+if n_standing > 0 then
+  local first, now = last_read + 2 * n_release, tonumber(ARGV[st + 3])
+  local fits = true
+  for i = 0, n_standing - 1 do
+    local c, h, x = KEYS[first + 3 * i + 1], KEYS[first + 3 * i + 2], KEYS[first + 3 * i + 3]
+    local lapsed = redis.call('ZRANGEBYSCORE', x, '-inf', now)
+    if #lapsed > 0 then
+      redis.call('HDEL', h, unpack(lapsed))
+      redis.call('ZREMRANGEBYSCORE', x, '-inf', now)
+    end
+    local total = tonumber(redis.call('GET', c) or '0')
+    for _, v in ipairs(redis.call('HVALS', h)) do total = total + tonumber(v) end
+    local a = st + 4 + 3 * i
+    if total + tonumber(ARGV[a]) > tonumber(ARGV[a + 1]) + 1e-9 then fits = false end
+  end
+  if fits then
+    for i = 0, n_standing - 1 do
+      local h, x = KEYS[first + 3 * i + 2], KEYS[first + 3 * i + 3]
+      local a = st + 4 + 3 * i
+      redis.call('HSET', h, ARGV[st], ARGV[a])
+      redis.call('ZADD', x, ARGV[st + 2], ARGV[st])
+      for _, k in ipairs({h, x}) do
+        if redis.call('TTL', k) < tonumber(ARGV[a + 2]) then
+          redis.call('EXPIRE', k, tonumber(ARGV[a + 2]))
+        end
+      end
+    end
+    standing_taken = 1
+  end
 end
 for i = 4 + n_spend, last_read do
   spent[#spent + 1] = redis.call('GET', KEYS[i]) or '0'
@@ -98,7 +134,7 @@ if ARGV[8] == '1' then
   stats = {c, f, s, pc, p}
 end
 local health = redis.call('HGET', hk, 'status') or ''
-return {redis.call('HGETALL', b), stats, spent, health}
+return {redis.call('HGETALL', b), stats, spent, health, standing_taken}
 """
 
 TRANSITION = """

@@ -37,6 +37,7 @@ from providers.state.contract import (
     Reserved,
     Sample,
     SpendIncrement,
+    StandingTake,
     StateStore,
     StatusRead,
     Windows,
@@ -123,6 +124,7 @@ class RedisStore(StateStore):
         cache: CacheWrite | None = None,
         read_spend: Iterable[str] = (),
         release: HoldRelease | None = None,
+        standing: StandingTake | None = None,
     ) -> Recorded:
         index = windows.bucket(now)
         longest = max(windows.failure_window_s, windows.p95_window_s)
@@ -148,8 +150,13 @@ class RedisStore(StateStore):
         args.append(len(spend))
         for increment in spend:
             args += [repr(increment.amount), increment.ttl_s]
-        if release is not None:
-            args += [release.holder, len(release.keys)]
+        args += ["", 0] if release is None else [release.holder, len(release.keys)]
+        if standing is not None:
+            expires_at = now + standing.life_s
+            args += [standing.holder, len(standing.holds), repr(expires_at), repr(now)]
+            for hold in standing.holds:
+                ttl = max(hold.ttl_s, math.ceil(standing.life_s) + 60)
+                args += [repr(hold.amount), repr(hold.limit), ttl]
         # A key incremented is answered with its new value; only the others are read.
         incremented = [increment.key for increment in spend]
         read_only = [key for key in dict.fromkeys(read_spend) if key not in incremented]
@@ -162,9 +169,14 @@ class RedisStore(StateStore):
         if release is not None:
             for counter in release.keys:
                 keys += scripts.hold_keys(counter)
+        if standing is not None:
+            for hold in standing.holds:
+                keys += [f"fo:{hold.key}", *scripts.hold_keys(hold.key)]
         if cache is not None:
             keys.append(f"fo:{cache.key}")
-        raw_state, raw_stats, raw_spent, status = await self._client()[1](keys=keys, args=args)
+        raw_state, raw_stats, raw_spent, status, taken = await self._client()[1](
+            keys=keys, args=args
+        )
         stats = WindowStats(*(int(v) for v in raw_stats)) if raw_stats else None
         state = scripts.state_from_hash(raw_state)
         if status:
@@ -174,7 +186,7 @@ class RedisStore(StateStore):
             key: float(value)
             for key, value in zip((*incremented, *read_only), raw_spent, strict=True)
         }
-        return Recorded(state, stats, spent)
+        return Recorded(state, stats, spent, bool(taken))
 
     async def transition(self, name: str, expected_version: int, new: BreakerState) -> bool:
         new_pairs = scripts.state_to_pairs(_with_version(new, expected_version + 1))

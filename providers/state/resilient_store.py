@@ -22,6 +22,7 @@ from providers.state.contract import (
     Reserved,
     Sample,
     SpendIncrement,
+    StandingTake,
     StateStore,
     StatusRead,
     Windows,
@@ -115,6 +116,7 @@ class ResilientStore(StateStore):
         cache: CacheWrite | None = None,
         read_spend: Iterable[str] = (),
         release: HoldRelease | None = None,
+        standing: StandingTake | None = None,
     ) -> Recorded:
         result: Recorded = await self._call(
             "record",
@@ -128,6 +130,7 @@ class ResilientStore(StateStore):
             cache=cache,
             read_spend=tuple(read_spend),  # a generator would be spent by a failed first try
             release=release,
+            standing=standing,
         )
         return result
 
