@@ -23,6 +23,7 @@ from collections import Counter
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from django.db import transaction
 from django.db.models import Count, Q, Sum
@@ -258,11 +259,18 @@ def budget_crossed(budget_id: int, used_pct: float, period: str) -> AlertEvent |
 
 
 def cloud_share_check() -> AlertEvent | None:
+    """Today's (in the policy's time zone) share of the requests a provider answered that a
+    cloud provider answered, against the target: the reports' definition."""
     policy = policy_get()
-    since = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
-    cloud = list(Provider.objects.filter(is_local=False).values_list("name", flat=True))
-    today = CallRecord.objects.filter(created_at__gte=since).aggregate(
-        total=Count("id"), cloud=Count("id", filter=Q(final_provider__in=cloud))
+    since = timezone.localtime(timezone=ZoneInfo(policy.time_zone)).replace(
+        hour=0, minute=0, second=0, microsecond=0
+    )
+    local = Provider.objects.filter(is_local=True).values("name")
+    answered = CallRecord.objects.filter(
+        created_at__gte=since, tier__in=("primary", "secondary"), outcome="ok"
+    )
+    today = answered.aggregate(
+        total=Count("id"), cloud=Count("id", filter=~Q(final_provider__in=local))
     )
     total = today["total"] or 0
     if total < CLOUD_SHARE_MIN_REQUESTS:
@@ -275,7 +283,8 @@ def cloud_share_check() -> AlertEvent | None:
         severity="warning",
         key=f"cloud_share:{since:%Y-%m-%d}",
         title=f"Cloud share {share:.1f} % (target {policy.cloud_share_target_pct:g} %)",
-        message=f"{today['cloud']} of today's {total} requests went to cloud providers.",
+        message=f"{today['cloud']} of the {total} requests providers answered today were "
+        "answered by cloud providers.",
         data={"share_pct": round(share, 1), "requests": total},
     )
 

@@ -216,3 +216,77 @@ class CallRecord(models.Model):
     def __str__(self) -> str:
         served_by = self.final_provider or self.get_tier_display().lower()
         return f"{self.request_id} → {served_by} ({self.status})"
+
+
+class DailyUsage(models.Model):
+    """One day of the ledger summed per provider, client, tier, outcome and cloud or not: what
+    the reports read for the days rolled up (`billing.retention`), kept after the rows are
+    pruned.
+
+    The day is the policy's time zone's when it was rolled up; `provider` is blank for the
+    fallback tiers; `is_cloud` says the provider was not self-hosted at roll-up time.
+    """
+
+    day = models.DateField()
+    provider = models.CharField(max_length=64, blank=True)
+    client = models.CharField(max_length=100, blank=True)
+    tier = models.CharField(max_length=16, choices=Tier.choices)
+    outcome = models.CharField(max_length=16, choices=Outcome.choices)
+    is_cloud = models.BooleanField()
+    requests = models.PositiveBigIntegerField(default=0)
+    tokens_in = models.PositiveBigIntegerField(default=0)
+    tokens_out = models.PositiveBigIntegerField(default=0)
+    cost = models.DecimalField(max_digits=18, decimal_places=8, default=Decimal("0"))
+    cache_hits = models.PositiveBigIntegerField(default=0)
+    static_answers = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-day", "provider", "client", "tier", "outcome"]
+        verbose_name_plural = "daily usage"
+        constraints = [
+            # Led by the day: the index the reports' day ranges read.
+            models.UniqueConstraint(
+                fields=["day", "provider", "client", "tier", "outcome", "is_cloud"],
+                name="daily_usage_one_row_per_dimensions",
+            )
+        ]
+
+    def __str__(self) -> str:
+        served_by = self.provider or self.get_tier_display().lower()
+        return f"{self.day}: {self.requests} requests of {self.client or 'anonymous'} → {served_by}"
+
+
+class IncidentUsage(models.Model):
+    """The requests each tier served while an incident lasted, and their cloud cost: rolled up
+    with the days, since a day's sums can't say what fell inside an outage."""
+
+    incident = models.ForeignKey("providers.Incident", on_delete=models.CASCADE, related_name="+")
+    tier = models.CharField(max_length=16, choices=Tier.choices)
+    requests = models.PositiveBigIntegerField(default=0)
+    cloud_cost = models.DecimalField(max_digits=18, decimal_places=8, default=Decimal("0"))
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["incident", "tier"], name="incident_usage_one_row_per_tier"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"incident {self.incident_id}: {self.requests} requests on {self.tier}"
+
+
+class LedgerRollUp(models.Model):
+    """How far the ledger is rolled up, one row: every record created before `through_at` with
+    an id up to `through_id` is in the roll-ups. Ids only grow, so rows written later for an
+    earlier day (a replayed spill file) are the ones above `through_id`."""
+
+    SINGLETON_ID = 1
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=SINGLETON_ID, editable=False)
+    through_at = models.DateTimeField(null=True, blank=True)
+    through_id = models.PositiveBigIntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"ledger rolled up through {self.through_at} (record {self.through_id})"

@@ -26,5 +26,10 @@ BEAT_SCHEDULE = {
     "sentinel": {"task": "failover.sentinel", "schedule": 5.0, "options": {"expires": 5.0}},
     "keepalive": {"task": "failover.keepalive", "schedule": 30.0, "options": {"expires": 30.0}},
     "watchdog": {"task": "failover.watchdog", "schedule": 30.0, "options": {"expires": 30.0}},
+    "housekeeping": {
+        "task": "failover.housekeeping",
+        "schedule": 600.0,
+        "options": {"expires": 600.0},
+    },
 }
 app.conf.beat_schedule = BEAT_SCHEDULE

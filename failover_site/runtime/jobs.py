@@ -15,6 +15,7 @@ from typing import Any
 
 from alerts.delivery import deliver_event
 from alerts.raising import budget_crossed, cloud_share_check, failover_check, sentinel_down
+from billing.retention import ledger_housekeeping
 from failover_site.runtime.background import run_db
 from failover_site.runtime.gateway import Gateway
 from providers.sentinel.checks import sentinel_tick
@@ -47,6 +48,20 @@ async def watchdog_job(gateway: Gateway) -> None:
         if used_pct >= budget.warn_pct:
             await run_db(budget_crossed, budget.id, used_pct, key.rsplit(":", 1)[-1])
     await run_db(cloud_share_check)
+
+
+# Housekeeping runs once in this long across every process (the shared lock).
+HOUSEKEEPING_EVERY_S = 600.0
+
+
+async def housekeeping_job(gateway: Gateway) -> dict[str, int] | None:
+    """The ledger's roll-up into the daily reports, then the pruning of records past the
+    policy's retention (only days already rolled up): one process at a time, every 10 min."""
+    if not await gateway.store.try_lock("housekeeping", HOUSEKEEPING_EVERY_S - 5):
+        return None
+    now = datetime.fromtimestamp(gateway.clock.wall(), UTC)
+    done: dict[str, int] = await run_db(ledger_housekeeping, now=now)
+    return done
 
 
 async def sentinel_watch_job(gateway: Gateway) -> None:
@@ -85,6 +100,7 @@ PERIODIC = (
     Periodic("sentinel", sentinel_job, 5.0),
     Periodic("keepalive", keepalive_job, 30.0),
     Periodic("watchdog", watchdog_job, 30.0),
+    Periodic("housekeeping", housekeeping_job, HOUSEKEEPING_EVERY_S),
 )
 # With Celery, what a serving process still runs itself: the watch on the sentinel (an alert
 # that the workers have stopped can't come from them).

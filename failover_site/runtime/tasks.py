@@ -50,6 +50,11 @@ def watchdog() -> None:
     run_periodic(_PERIODIC["watchdog"])
 
 
+@shared_task(name="failover.housekeeping", ignore_result=True)
+def housekeeping() -> None:
+    run_periodic(_PERIODIC["housekeeping"])
+
+
 @shared_task(name="failover.deliver_alert", ignore_result=True)
 def deliver_alert(event_id: int) -> None:
     run_one_off("deliver_alert", event_id)

@@ -64,7 +64,7 @@ async def test_the_static_tier_raises_one_critical_alert(api, telegram, primary,
 
 def test_the_serving_process_runs_every_job_itself(in_process):
     names = {periodic.name for periodic in serving_process_jobs()}
-    assert names == {"sentinel", "keepalive", "watchdog"}
+    assert names == {"sentinel", "keepalive", "watchdog", "housekeeping"}
 
 
 def test_with_celery_it_only_watches_the_sentinel(settings):

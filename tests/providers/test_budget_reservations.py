@@ -104,6 +104,35 @@ class TestTheRule:
         assert prompt_tokens_reserved("日本語" * 10, 1) >= 30  # a token a character, at most
 
 
+class TestThePool:
+    pytestmark = pytest.mark.backend_free
+
+    def test_a_call_claims_a_standing_hold_as_large_as_its_own_once(self):
+        from providers.routing.standing import StandingHolds
+
+        pool = StandingHolds(enabled=True)
+        take = pool.offer("cloud", [hold(0.02)], life_s=60)
+        assert take is not None and take.holds[0].limit == pytest.approx(0.05)  # half the stop
+        pool.taken("cloud", take, now=T0)
+        assert pool.claim("cloud", [hold(0.03)], T0) is None  # too small for this call
+        assert pool.claim("cloud", [hold(0.01)], T0) == take.holder
+        assert pool.claim("cloud", [hold(0.01)], T0) is None  # claimed once
+
+    def test_a_standing_hold_is_trusted_for_half_its_life(self):
+        from providers.routing.standing import StandingHolds
+
+        pool = StandingHolds(enabled=True)
+        take = pool.offer("cloud", [hold(0.02)], life_s=60)
+        assert take is not None
+        pool.taken("cloud", take, now=T0)
+        assert pool.claim("cloud", [hold(0.02)], T0 + 30) is None
+
+    def test_an_in_process_store_keeps_no_pool(self):
+        from providers.routing.standing import StandingHolds
+
+        assert StandingHolds(enabled=False).offer("cloud", [hold()], life_s=60) is None
+
+
 class TestTheStores:
     async def test_concurrent_reservations_take_exactly_what_fits(self, store: StateStore):  # noqa: F811
         results = await asyncio.gather(
@@ -152,6 +181,29 @@ class TestTheStores:
         assert not taken.refusal
         assert (await store.holds_read([hold().key], now=T0 + 31))[hold().key][0] == 1
 
+    async def test_a_record_takes_a_standing_hold_for_the_next_call_while_it_fits(
+        self, store: StateStore
+    ):
+        from providers.state.contract import SpendIncrement, StandingTake
+
+        key = hold().key
+
+        async def settle(holder: str):
+            return await store.record(
+                "cloud",
+                OK,
+                now=T0,
+                windows=WINDOWS,
+                want_stats=False,
+                spend=(SpendIncrement(key, 0.02, 86_400),),
+                standing=StandingTake(holder, (hold(0.02, limit=0.05),), 60),
+            )
+
+        assert (await settle("standing:a")).standing_taken  # 0.02 spent + 0.02 held ≤ 0.05
+        assert not (await settle("standing:b")).standing_taken  # 0.04 + 0.02 + 0.02 > 0.05
+        assert (await store.holds_read([key], now=T0))[key] == (1, pytest.approx(0.02))
+        assert (await store.holds_read([key], now=T0 + 61))[key] == (0, 0.0)  # it lapses
+
     async def test_a_released_hold_is_gone(self, store: StateStore):  # noqa: F811
         await store.reserve("r1", [hold(0.10)], now=T0, expires_at=T0 + 60)
         await store.release("r1", [hold().key])
@@ -174,9 +226,7 @@ async def _cloud_only(*, cap: str, price: Decimal = UNIT_PRICE, **policy) -> Bud
     await sync_to_async(Provider.objects.filter(name="openai-cloud").update)(
         price_input_per_1m=price, price_output_per_1m=price
     )
-    budget = await sync_to_async(Budget.objects.create)(
-        scope="all", period="day", cap=Decimal(cap)
-    )
+    budget = await sync_to_async(Budget.objects.create)(scope="all", period="day", cap=Decimal(cap))
     await update_policy(**policy)
     return budget
 
@@ -186,13 +236,14 @@ def _max_tokens_for_one_cent() -> int:
 
 
 async def _holds(gateway, budget: Budget) -> tuple[int, float]:
+    """The budget's holds once the process gives back the room it keeps for its next calls
+    (as it does when it stops): what is left was leaked."""
+    await gateway.readings.standing.release_all(gateway.store)
     key = spend_key(budget.pk, "day", time.time())[0]
     return (await gateway.store.holds_read([key], now=time.time()))[key]
 
 
-async def test_concurrent_requests_never_take_more_than_the_budget_holds(
-    api, gateway, secondary
-):
+async def test_concurrent_requests_never_take_more_than_the_budget_holds(api, gateway, secondary):
     budget = await _cloud_only(cap="0.10")
     secondary.set_fault(mode="slow", delay_ms=300)
     # High priority: past 85 % a normal request would stop at the ninth (tested below).
@@ -216,9 +267,7 @@ async def test_concurrent_requests_never_take_more_than_the_budget_holds(
 async def test_past_85_percent_held_only_high_priority_is_admitted(api, gateway, secondary):
     await _cloud_only(cap="0.10")
     secondary.set_fault(mode="slow", delay_ms=300)
-    asks = [
-        ask(api, PROMPT, max_tokens=_max_tokens_for_one_cent(), cache=False) for _ in range(12)
-    ]
+    asks = [ask(api, PROMPT, max_tokens=_max_tokens_for_one_cent(), cache=False) for _ in range(12)]
     normal = await asyncio.gather(*asks)
     assert sum(a.json()["tier"] != "degraded" for a in normal) == 9  # 0.09 held: past 0.085
     records = await ledger_rows(gateway)
@@ -237,14 +286,10 @@ async def test_a_failed_call_releases_its_hold_and_costs_nothing(api, gateway, s
     assert spent[key] == 0.0
 
 
-async def test_a_call_that_loses_a_hedged_race_releases_its_hold(
-    api, gateway, primary, secondary
-):
+async def test_a_call_that_loses_a_hedged_race_releases_its_hold(api, gateway, primary, secondary):
     from providers.models import Provider
 
-    budget = await sync_to_async(Budget.objects.create)(
-        scope="all", period="day", cap=Decimal("1")
-    )
+    budget = await sync_to_async(Budget.objects.create)(scope="all", period="day", cap=Decimal("1"))
     await sync_to_async(Provider.objects.filter(name="openai-cloud").update)(
         price_input_per_1m=UNIT_PRICE, price_output_per_1m=UNIT_PRICE
     )
@@ -316,9 +361,7 @@ async def test_the_watchdog_raises_50_85_and_100_percent_once_each(gateway, prov
     from alerts.models import AlertEvent
     from failover_site.runtime.jobs import watchdog_job
 
-    budget = await sync_to_async(Budget.objects.create)(
-        scope="all", period="day", cap=Decimal("1")
-    )
+    budget = await sync_to_async(Budget.objects.create)(scope="all", period="day", cap=Decimal("1"))
     await update_policy()
     key, ttl = spend_key(budget.pk, "day", time.time())
     for spent in (0.3, 0.5, 0.6, 0.86, 0.9, 1.0, 1.0):
@@ -340,12 +383,47 @@ async def test_a_free_call_beside_a_budget_still_makes_one_round_trip(api, gatew
 
 
 @pytest.mark.services
-async def test_a_paid_call_under_a_budget_makes_two_round_trips(api, gateway, monkeypatch):
+async def test_a_paid_call_far_from_its_cap_makes_one_round_trip(api, gateway, monkeypatch):
     from providers.models import Provider
 
-    await sync_to_async(Budget.objects.create)(scope="all", period="day", cap=Decimal("5"))
+    budget = await sync_to_async(Budget.objects.create)(scope="all", period="day", cap=Decimal("5"))
     await sync_to_async(Provider.objects.filter(name="ollama-local").update)(enabled=False)
     await update_policy()
-    # The reservation before the call, the record (which settles it) after: the price of a cap
-    # that holds across processes.
+    # Each record settles its call and takes the room for the next, which claims it here.
+    assert await round_trips_of_steady_requests(api, monkeypatch) == [1] * 5
+    assert await _holds(gateway, budget) == (0, 0.0)
+
+
+@pytest.mark.services
+async def test_past_half_its_cap_a_paid_call_reserves_its_own(api, gateway, monkeypatch):
+    from providers.models import Provider
+
+    # The suite's cloud prices: a request reserves its prompt and 4,096 answer tokens, about
+    # 0.0025; a cap of 0.004 leaves no room under half of it for a standing hold.
+    budget = await sync_to_async(Budget.objects.create)(
+        scope="all", period="day", cap=Decimal("0.004")
+    )
+    await sync_to_async(Provider.objects.filter(name="ollama-local").update)(enabled=False)
+    await update_policy()
+    # The reservation before the call, the record (which settles it) after: exact, near a cap.
     assert await round_trips_of_steady_requests(api, monkeypatch) == [2] * 5
+    assert await _holds(gateway, budget) == (0, 0.0)
+
+
+async def test_housekeeping_rolls_up_and_prunes_once_across_processes(
+    gateway, providers_configured
+):
+    from datetime import timedelta
+
+    from billing.models import DailyUsage
+    from failover_site.runtime.jobs import housekeeping_job
+
+    old = datetime.now(UTC) - timedelta(days=40)
+    await sync_to_async(CallRecord.objects.create)(
+        final_provider="openai-cloud", tier="secondary", outcome="ok", status=200, created_at=old
+    )
+    done = await housekeeping_job(gateway)
+    assert done is not None
+    assert await sync_to_async(CallRecord.objects.count)() == 0  # past the 30 days: pruned
+    assert await sync_to_async(DailyUsage.objects.filter(day=old.date()).exists)()
+    assert await housekeeping_job(gateway) is None  # another process's turn is taken
