@@ -28,6 +28,9 @@ install: $(VENV)/.installed
 
 ## run: install, migrate, load the 50 answers and the demo set-up, and serve on HOST:PORT
 run: $(VENV)/.installed
+# /metrics in multi-process mode (PROMETHEUS_MULTIPROC_DIR set): earlier processes' files go first.
+	@if [ -n "$$PROMETHEUS_MULTIPROC_DIR" ]; then mkdir -p "$$PROMETHEUS_MULTIPROC_DIR" && \
+		find "$$PROMETHEUS_MULTIPROC_DIR" -maxdepth 1 -name '*.db' -delete; fi
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py bootstrap --demo
 	@echo "Serving on http://$(HOST):$(PORT)/  (admin: http://$(HOST):$(PORT)/admin/)"

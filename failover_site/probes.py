@@ -13,6 +13,7 @@ import asyncio
 import functools
 import ipaddress
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -88,13 +89,19 @@ async def readyz(request: HttpRequest) -> JsonResponse:
 
 
 def _may_see_detail(address: str) -> bool:
+    return address_allowed(address, settings.PROBE_DETAIL_ALLOWED_IPS)
+
+
+def address_allowed(address: str, allowed: Sequence[str]) -> bool:
+    """Whether a caller's address (`client_address`'s) is in one of the networks `allowed`
+    (addresses or CIDRs, as the settings list them; /metrics uses it too)."""
     try:
         client = ipaddress.ip_address(address)
     except ValueError:  # "unknown": no peer address at all
         return False
     if isinstance(client, ipaddress.IPv6Address) and client.ipv4_mapped:
         client = client.ipv4_mapped  # a dual-stack socket's view of an IPv4 client
-    networks = _detail_networks(tuple(settings.PROBE_DETAIL_ALLOWED_IPS))
+    networks = _detail_networks(tuple(allowed))
     return any(client in network for network in networks)
 
 

@@ -260,7 +260,7 @@ SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=not DEBUG)
 # The probes must answer over plain HTTP inside the cluster. The API is never redirected either:
 # an API client follows a redirect badly (a POST comes back as a GET, its key sent in clear
 # first); it is refused instead, below.
-SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^api/", r"^v1/"]
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$", r"^api/", r"^v1/"]
 # Refuse the API over plain HTTP (403, code https_required), as the pages are redirected.
 API_REQUIRE_HTTPS = env.bool("API_REQUIRE_HTTPS", default=SECURE_SSL_REDIRECT)
 # The API's own middleware (it skips MIDDLEWARE: no sessions, no CSRF). Every entry runs on the
@@ -301,11 +301,33 @@ ADMIN_LOGIN_WINDOW_S = env.int("ADMIN_LOGIN_WINDOW_S", default=15 * 60)
 # The addresses (or networks) /readyz names its failing check to; anyone else gets only
 # ready / not ready, since the error text describes the database and Redis.
 PROBE_DETAIL_ALLOWED_IPS = env.list("PROBE_DETAIL_ALLOWED_IPS", default=["127.0.0.1", "::1"])
-try:
-    for _network in PROBE_DETAIL_ALLOWED_IPS:
-        ipaddress.ip_network(_network, strict=False)
-except ValueError as _error:
-    raise ImproperlyConfigured(f"PROBE_DETAIL_ALLOWED_IPS: {_error}") from None
+
+# Who may scrape /metrics (failover_site/metrics_scrape.py): the bearer token Prometheus sends
+# (`authorization: {credentials: ...}` in its scrape config) and/or the addresses or networks
+# it scrapes from (the caller's address as TRUSTED_PROXY_HOPS says). Both set: both required.
+# Neither: /metrics refuses everyone (403), the safe default.
+METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
+if METRICS_TOKEN and len(METRICS_TOKEN) < 32:
+    raise ImproperlyConfigured(
+        "METRICS_TOKEN must be at least 32 characters (python -c 'import secrets; "
+        "print(secrets.token_urlsafe(32))')."
+    )
+METRICS_ALLOWED_IPS = env.list("METRICS_ALLOWED_IPS", default=[])
+for _setting, _networks in (
+    ("PROBE_DETAIL_ALLOWED_IPS", PROBE_DETAIL_ALLOWED_IPS),
+    ("METRICS_ALLOWED_IPS", METRICS_ALLOWED_IPS),
+):
+    try:
+        for _network in _networks:
+            ipaddress.ip_network(_network, strict=False)
+    except ValueError as _error:
+        raise ImproperlyConfigured(f"{_setting}: {_error}") from None
+# Several serving processes on one machine: prometheus-client's multi-process mode, which reads
+# this variable itself. Set it where the workers start, for the command that empties the
+# directory before they do to see it too (README, "Running in production").
+_metrics_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR", "")
+if _metrics_dir and not Path(_metrics_dir).is_dir():
+    raise ImproperlyConfigured(f"PROMETHEUS_MULTIPROC_DIR: {_metrics_dir} is not a directory.")
 
 LOG_LEVEL = env.str("LOG_LEVEL", default="INFO").upper()
 LOGGING = {

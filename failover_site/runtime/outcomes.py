@@ -12,6 +12,7 @@ from typing import Any
 from django.utils import timezone
 
 from alerts.raising import credentials_rejected, request_throttle, static_tier_active
+from failover_site.metrics import note_call
 from failover_site.runtime.background import run_db
 from failover_site.runtime.gateway import Gateway
 from failover_site.runtime.incidents import note_events
@@ -55,7 +56,8 @@ def record_call(
     gateway: Gateway, routed: RouteRequest, result: RouteResult, latency_ms: int
 ) -> None:
     """The request's line in the call ledger, and its breaker events as incidents (both
-    buffered; written off the request's path)."""
+    buffered; written off the request's path), and its metrics (in-memory increments)."""
+    note_call(gateway, result)
     if result.events:
         note_events(result.events)
     note_trouble(result)
