@@ -219,9 +219,7 @@ def _holds(budget_id: int) -> tuple[int, float]:
     return asyncio.run(read())
 
 
-def test_a_budget_holds_under_concurrent_requests_across_processes(
-    serving_processes, secondary
-):
+def test_a_budget_holds_under_concurrent_requests_across_processes(serving_processes, secondary):
     budget_id = _paid_only("0.10")
     secondary.set_fault(mode="slow", delay_ms=500)
     first, second = serving_processes
