@@ -69,10 +69,11 @@ def budget_period(period: str, now: float, zone: str = "UTC") -> Period:
 
 
 def prompt_tokens_reserved(text: str, turns: int) -> int:
-    """The prompt's tokens from above: a token is at least one byte of UTF-8 for the
-    tokenizers in use, and text averages over three bytes a token (English about four, CJK
-    three), plus each turn's framing."""
-    return math.ceil(len(text.encode()) / 3) + 8 * turns + 8
+    """The prompt's tokens from above, whatever the text: the byte-level tokenizers in use
+    never make more tokens than UTF-8 bytes (English averages about four bytes a token, digits
+    and CJK fewer), plus each turn's framing. Generous for English; exact enough near a cap,
+    where it matters, and never short."""
+    return len(text.encode()) + 8 * turns + 8
 
 
 def answer_tokens_reserved(max_tokens: int | None) -> int:

@@ -35,7 +35,8 @@ from providers.state.contract import HoldRelease, Sample, SpendIncrement, Window
 
 logger = logging.getLogger(__name__)
 
-# Releases of cancelled requests' holds, kept until done (the loop holds tasks only weakly).
+# Releases of holds and probe slots off a request's path, kept until done (the loop holds
+# tasks only weakly).
 _releasing: set[asyncio.Task[None]] = set()
 
 
@@ -127,15 +128,18 @@ async def hold(
     ports, request, name = walk.ports, walk.request, provider.name
     now = ports.clock.wall()
     keys = tuple(h.key for h in holds)
+    pool = ports.readings.standing
     if not request.stream:  # a stream may outlive a standing hold's trusted half
-        standing = ports.readings.standing.claim(name, holds, now)
+        standing = pool.claim(name, holds, now)
+        for stale in pool.take_stale():  # no longer trusted here: given back, off this path
+            _release_later(ports, stale)
         if standing is not None:
             return HoldRelease(standing, keys)
     holder = f"{request.request_id}:{name}"
-    expires_at = now + hold_seconds(
+    life_s = hold_seconds(
         provider, time_left, stream=request.stream, grace_s=walk.policy.request_deadline_s
     )
-    reserved = await ports.store.reserve(holder, holds, now=now, expires_at=expires_at)
+    reserved = await ports.store.reserve(holder, holds, now=now, life_s=life_s)
     ports.readings.note(None, None, reserved.spent, ports.clock.mono())
     return reserved.refusal or HoldRelease(holder, keys)
 
@@ -155,6 +159,16 @@ def reservation(
     tokens_out = answer_tokens_reserved(completion.max_tokens)
     cost = provider.cost(tokens_in, tokens_out)
     return holds_for(budgets, keys, cost, tokens_in + tokens_out, priority)
+
+
+def _release_later(ports: Any, release: HoldRelease) -> None:
+    _later(ports.store.release(release.holder, release.keys))
+
+
+def _later(work: Any) -> None:
+    task = spawn(work)
+    _releasing.add(task)
+    task.add_done_callback(_releasing.discard)
 
 
 def health_gate(walk: Walk, state: BreakerState) -> str:
@@ -229,12 +243,12 @@ async def attempt(
             Attempt(name, "cancelled", latency_ms=latency_ms, model=provider.model)
         )
     except asyncio.CancelledError:
-        # The request itself was cancelled (its client went away): the holds go now, not when
-        # they lapse.
+        # The request itself was cancelled (its client went away): the holds and a probe's
+        # slot go now, not when they lapse.
         if ticket.release is not None:
-            task = spawn(ports.store.release(ticket.release.holder, ticket.release.keys))
-            _releasing.add(task)
-            task.add_done_callback(_releasing.discard)
+            _release_later(ports, ticket.release)
+        if ticket.was_probe:
+            _later(ports.store.release_probe(name, ticket.state.version))
         raise
     except ProviderError as exc:
         error = exc

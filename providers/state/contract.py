@@ -211,12 +211,14 @@ class StateStore(ABC):
 
     @abstractmethod
     async def reserve(
-        self, holder: str, holds: Sequence[Hold], *, now: float, expires_at: float
+        self, holder: str, holds: Sequence[Hold], *, now: float, life_s: float
     ) -> Reserved:
-        """Take every hold under `holder` if each fits its budget (`budgets.hold_refusal`
-        against the counter's spend plus every live hold on it), or none: atomic across
-        processes, so calls admitted at once can't together pass a cap. Holds past their
-        `expires_at` (their process died mid-call) are dropped first."""
+        """Take every hold under `holder` for `life_s` if each fits its budget
+        (`budgets.hold_refusal` against the counter's spend plus every live hold on it), or
+        none: atomic across processes, so calls admitted at once can't together pass a cap.
+        Lapsed holds (their process died mid-call) are dropped first. Time is the store's own
+        (Redis's clock; `now` for the in-process store), never a caller's: one process's
+        clock running ahead can't drop another's live holds."""
 
     @abstractmethod
     async def release(self, holder: str, keys: Iterable[str]) -> None:

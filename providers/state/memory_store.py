@@ -294,9 +294,9 @@ class MemoryStore(StateStore):
             self._spend_expiry[key] = self._clock() + ttl_s
 
     async def reserve(
-        self, holder: str, holds: Sequence[Hold], *, now: float, expires_at: float
+        self, holder: str, holds: Sequence[Hold], *, now: float, life_s: float
     ) -> Reserved:
-        return self._holds.reserve(holder, holds, self._counter, now=now, expires_at=expires_at)
+        return self._holds.reserve(holder, holds, self._counter, now=now, expires_at=now + life_s)
 
     async def release(self, holder: str, keys: Iterable[str]) -> None:
         self._holds.release(holder, keys)

@@ -17,15 +17,47 @@ from providers.engine.health import Health, HealthState
 VERSION_KEY = "fo:config:version"
 SENTINEL_LAST_RUN_KEY = "fo:sentinel:last_run"
 
+# What the scripts that touch budget holds share. A hold lapses by Redis's own clock, never a
+# caller's: a serving process whose clock runs ahead can't drop another's live holds.
+HOLDS_LUA = """
+local function server_now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) + tonumber(t[2]) / 1e6
+end
+-- A counter's live holds (their sum and how many), the lapsed ones dropped first.
+local function holds_total(h, x, now)
+  local lapsed = redis.call('ZRANGEBYSCORE', x, '-inf', now)
+  if #lapsed > 0 then
+    redis.call('HDEL', h, unpack(lapsed))
+    redis.call('ZREMRANGEBYSCORE', x, '-inf', now)
+  end
+  local total, count = 0, 0
+  for _, v in ipairs(redis.call('HVALS', h)) do
+    total = total + tonumber(v)
+    count = count + 1
+  end
+  return total, count
+end
+local function hold_take(h, x, holder, amount, expires, ttl)
+  redis.call('HSET', h, holder, amount)
+  redis.call('ZADD', x, expires, holder)
+  for _, k in ipairs({h, x}) do
+    if redis.call('TTL', k) < ttl then redis.call('EXPIRE', k, ttl) end
+  end
+end
+"""
+
 # KEYS: breaker, the call's bucket, health, the spend keys to increment, the spend keys to read,
 # the holds to release (each counter's hash and expiry set), the standing holds to take (each
 # counter, its hash and expiry set), then the cache entry's key when there is one (ARGV[14] >
 # 0). ARGV after the increments' pairs: the holder and how many holds to release; the standing
-# holder, how many to take, when they lapse, now, and each one's amount, limit and ttl.
+# holder, how many to take, how long they live, and each one's amount, limit and ttl.
 # A bucket carries the `epoch` of the breaker it counted for (field `e`): `set_mode` moves the
 # breaker's, so the calls counted before it stop counting, and a bucket of an older epoch is
 # emptied before it counts again.
-RECORD = """
+RECORD = (
+    HOLDS_LUA
+    + """
 local b, bk, hk = KEYS[1], KEYS[2], KEYS[3]
 local epoch = redis.call('HGET', b, 'epoch') or '0'
 if (redis.call('HGET', bk, 'e') or '0') ~= epoch then
@@ -75,31 +107,20 @@ end
 -- then the standing holds for this process's next call, all or none, as RESERVE takes them
 local standing_taken = 0
 if n_standing > 0 then
-  local first, now = last_read + 2 * n_release, tonumber(ARGV[st + 3])
+  local first, now = last_read + 2 * n_release, server_now()
+  local expires = now + tonumber(ARGV[st + 2])
   local fits = true
   for i = 0, n_standing - 1 do
-    local c, h, x = KEYS[first + 3 * i + 1], KEYS[first + 3 * i + 2], KEYS[first + 3 * i + 3]
-    local lapsed = redis.call('ZRANGEBYSCORE', x, '-inf', now)
-    if #lapsed > 0 then
-      redis.call('HDEL', h, unpack(lapsed))
-      redis.call('ZREMRANGEBYSCORE', x, '-inf', now)
-    end
-    local total = tonumber(redis.call('GET', c) or '0')
-    for _, v in ipairs(redis.call('HVALS', h)) do total = total + tonumber(v) end
-    local a = st + 4 + 3 * i
-    if total + tonumber(ARGV[a]) > tonumber(ARGV[a + 1]) + 1e-9 then fits = false end
+    local k = first + 3 * i
+    local held = holds_total(KEYS[k + 2], KEYS[k + 3], now)
+    local used = tonumber(redis.call('GET', KEYS[k + 1]) or '0') + held
+    local a = st + 3 + 3 * i
+    if used + tonumber(ARGV[a]) > tonumber(ARGV[a + 1]) + 1e-9 then fits = false end
   end
   if fits then
     for i = 0, n_standing - 1 do
-      local h, x = KEYS[first + 3 * i + 2], KEYS[first + 3 * i + 3]
-      local a = st + 4 + 3 * i
-      redis.call('HSET', h, ARGV[st], ARGV[a])
-      redis.call('ZADD', x, ARGV[st + 2], ARGV[st])
-      for _, k in ipairs({h, x}) do
-        if redis.call('TTL', k) < tonumber(ARGV[a + 2]) then
-          redis.call('EXPIRE', k, tonumber(ARGV[a + 2]))
-        end
-      end
+      local k, a = first + 3 * i, st + 3 + 3 * i
+      hold_take(KEYS[k + 2], KEYS[k + 3], ARGV[st], ARGV[a], expires, tonumber(ARGV[a + 2]))
     end
     standing_taken = 1
   end
@@ -136,6 +157,7 @@ end
 local health = redis.call('HGET', hk, 'status') or ''
 return {redis.call('HGETALL', b), stats, spent, health, standing_taken}
 """
+)
 
 TRANSITION = """
 local v = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
@@ -307,27 +329,23 @@ def state_to_pairs(state: BreakerState) -> list[str]:
 
 
 # `budgets.hold_refusal` in Lua (change both). KEYS: per hold, its counter, the counter's holds
-# (hash holder -> amount) and their expiries (sorted set holder -> wall time). ARGV: the holder,
-# now, when the holds expire, then per hold its amount, limit, level and the keys' ttl. Every
-# hold is taken, or none; lapsed holds (their process died mid-call) are dropped first.
-RESERVE = """
-local holder, now, expires = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+# (hash holder -> amount) and their expiries (sorted set holder -> when, on Redis's clock).
+# ARGV: the holder, how long the holds live, then per hold its amount, limit, level and the
+# keys' ttl. Every hold is taken, or none; lapsed holds (their process died mid-call) are
+# dropped first.
+RESERVE = (
+    HOLDS_LUA
+    + """
+local holder, now = ARGV[1], server_now()
+local expires = now + tonumber(ARGV[2])
 local n = #KEYS / 3
 local spent, held, refusal = {}, {}, ''
 for i = 1, n do
-  local h, x = KEYS[3 * i - 1], KEYS[3 * i]
-  local lapsed = redis.call('ZRANGEBYSCORE', x, '-inf', now)
-  if #lapsed > 0 then
-    redis.call('HDEL', h, unpack(lapsed))
-    redis.call('ZREMRANGEBYSCORE', x, '-inf', now)
-  end
-  local total = 0
-  for _, v in ipairs(redis.call('HVALS', h)) do total = total + tonumber(v) end
+  held[i] = holds_total(KEYS[3 * i - 1], KEYS[3 * i], now)
   spent[i] = tonumber(redis.call('GET', KEYS[3 * i - 2]) or '0')
-  held[i] = total
   if refusal == '' then
-    local a = 4 + (i - 1) * 4
-    local used = spent[i] + total
+    local a = 3 + (i - 1) * 4
+    local used = spent[i] + held[i]
     if used + tonumber(ARGV[a]) > tonumber(ARGV[a + 1]) + 1e-9 then
       refusal = 'budget_exhausted'
     elseif used >= tonumber(ARGV[a + 2]) - 1e-9 then
@@ -337,13 +355,8 @@ for i = 1, n do
 end
 if refusal == '' then
   for i = 1, n do
-    local a = 4 + (i - 1) * 4
-    local h, x, ttl = KEYS[3 * i - 1], KEYS[3 * i], tonumber(ARGV[a + 3])
-    redis.call('HSET', h, holder, ARGV[a])
-    redis.call('ZADD', x, expires, holder)
-    for _, k in ipairs({h, x}) do
-      if redis.call('TTL', k) < ttl then redis.call('EXPIRE', k, ttl) end
-    end
+    local a = 3 + (i - 1) * 4
+    hold_take(KEYS[3 * i - 1], KEYS[3 * i], holder, ARGV[a], expires, tonumber(ARGV[a + 3]))
     held[i] = held[i] + tonumber(ARGV[a])
   end
 end
@@ -353,28 +366,22 @@ for i = 1, n do
 end
 return {refusal, spent, held}
 """
+)
 
-# KEYS: per counter, its holds and their expiries (as RESERVE's). ARGV: now. Each counter's
-# live holds: how many, and their sum.
-HOLDS_READ = """
-local now = tonumber(ARGV[1])
+# KEYS: per counter, its holds and their expiries (as RESERVE's). Each counter's live holds:
+# how many, and their sum.
+HOLDS_READ = (
+    HOLDS_LUA
+    + """
+local now = server_now()
 local out = {}
 for i = 1, #KEYS / 2 do
-  local h, x = KEYS[2 * i - 1], KEYS[2 * i]
-  local lapsed = redis.call('ZRANGEBYSCORE', x, '-inf', now)
-  if #lapsed > 0 then
-    redis.call('HDEL', h, unpack(lapsed))
-    redis.call('ZREMRANGEBYSCORE', x, '-inf', now)
-  end
-  local total, count = 0, 0
-  for _, v in ipairs(redis.call('HVALS', h)) do
-    total = total + tonumber(v)
-    count = count + 1
-  end
+  local total, count = holds_total(KEYS[2 * i - 1], KEYS[2 * i], now)
   out[#out + 1] = {count, string.format('%.17g', total)}
 end
 return out
 """
+)
 
 
 def hold_keys(counter: str) -> tuple[str, str]:

@@ -152,8 +152,7 @@ class RedisStore(StateStore):
             args += [repr(increment.amount), increment.ttl_s]
         args += ["", 0] if release is None else [release.holder, len(release.keys)]
         if standing is not None:
-            expires_at = now + standing.life_s
-            args += [standing.holder, len(standing.holds), repr(expires_at), repr(now)]
+            args += [standing.holder, len(standing.holds), repr(standing.life_s)]
             for hold in standing.holds:
                 ttl = max(hold.ttl_s, math.ceil(standing.life_s) + 60)
                 args += [repr(hold.amount), repr(hold.limit), ttl]
@@ -250,16 +249,15 @@ class RedisStore(StateStore):
         await self._client()[5](keys=[f"fo:{key}"], args=[repr(amount), ttl_s])
 
     async def reserve(
-        self, holder: str, holds: Sequence[Hold], *, now: float, expires_at: float
+        self, holder: str, holds: Sequence[Hold], *, now: float, life_s: float
     ) -> Reserved:
         if not holds:
             return Reserved("", {}, {})
         keys: list[str] = []
-        args: list[Any] = [holder, repr(now), repr(expires_at)]
+        args: list[Any] = [holder, repr(life_s)]
         for hold in holds:
             keys += [f"fo:{hold.key}", *scripts.hold_keys(hold.key)]
-            # Past the key's own ttl a hold can't matter: its period is over.
-            ttl = max(hold.ttl_s, math.ceil(expires_at - now) + 60)
+            ttl = max(hold.ttl_s, math.ceil(life_s) + 60)
             args += [repr(hold.amount), repr(hold.limit), repr(min(hold.level, 1e300)), ttl]
         refusal, spent, held = await self._client()[9](keys=keys, args=args)
         names = [hold.key for hold in holds]
@@ -282,7 +280,7 @@ class RedisStore(StateStore):
         if not names:
             return {}
         redis_keys = [key for counter in names for key in scripts.hold_keys(counter)]
-        rows = await self._client()[10](keys=redis_keys, args=[repr(now)])
+        rows = await self._client()[10](keys=redis_keys)
         return {
             counter: (int(count), float(total))
             for counter, (count, total) in zip(names, rows, strict=True)

@@ -7,6 +7,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import redis
@@ -132,6 +133,10 @@ class ResilientStore(StateStore):
             release=release,
             standing=standing,
         )
+        if self._down_since is not None and result.standing_taken:
+            # Taken in this process's memory, not in Redis: a call that claimed it once Redis
+            # is back would run on room nobody else sees held.
+            result = replace(result, standing_taken=False)
         return result
 
     async def transition(self, name: str, expected_version: int, new: BreakerState) -> bool:
@@ -166,11 +171,9 @@ class ResilientStore(StateStore):
         await self._call("seed_spend", key, amount, ttl_s)
 
     async def reserve(
-        self, holder: str, holds: Sequence[Hold], *, now: float, expires_at: float
+        self, holder: str, holds: Sequence[Hold], *, now: float, life_s: float
     ) -> Reserved:
-        result: Reserved = await self._call(
-            "reserve", holder, tuple(holds), now=now, expires_at=expires_at
-        )
+        result: Reserved = await self._call("reserve", holder, tuple(holds), now=now, life_s=life_s)
         return result
 
     async def release(self, holder: str, keys: Iterable[str]) -> None:

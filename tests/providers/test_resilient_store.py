@@ -118,6 +118,18 @@ async def test_while_redis_is_down_answers_are_cached_in_local_memory(down):
     assert down.health()["ok"] is False
 
 
+async def test_a_standing_hold_taken_in_local_memory_is_not_reported_as_taken(down):
+    from providers.engine.budgets import Hold
+    from providers.state.contract import StandingTake
+
+    take = StandingTake("standing:x", (Hold(SPEND, 0.01, 1.0, 1.0, 3600),), 60)
+    recorded = await down.record(
+        NAME, FAILED, now=time.time(), windows=WINDOWS, want_stats=False, standing=take
+    )
+    # Redis never held it: a call that claimed it once Redis is back would hold nothing.
+    assert recorded.standing_taken is False
+
+
 async def test_health_reports_routing_on_local_state_while_redis_is_down(down):
     assert down.health() == {"backend": "redis", "ok": True}
     await down.read(NAME)

@@ -17,6 +17,7 @@ from django.conf import settings
 from django.db.models import Sum
 
 from billing.models import CallRecord
+from providers.adapters.messages import CompletionRequest
 from providers.engine.budgets import prompt_tokens_reserved
 from providers.selectors import policy_get
 from providers.state.contract import spend_key
@@ -203,7 +204,7 @@ def _paid_only(cap: str, **policy_values) -> int:
     return budget.pk
 
 
-ONE_CENT_TOKENS = 100 - prompt_tokens_reserved("Say hello.", 1)
+ONE_CENT_TOKENS = 100 - prompt_tokens_reserved(CompletionRequest(prompt="Say hello.").all_text(), 1)
 
 
 def _holds(budget_id: int) -> tuple[int, float]:
@@ -235,18 +236,18 @@ def test_a_budget_holds_under_concurrent_requests_across_processes(serving_proce
 
     answers = asyncio.run(burst())
     paid = [a for a in answers if a.get("provider") == "openai-cloud"]
-    assert 1 <= len(paid) <= 11  # the cap, plus at most one request's reservation
+    # Each holds exactly 0.01: the cap admits ten, however the 50 fall across the processes.
+    assert len(paid) == 10
     assert secondary.calls == len(paid)
     ids = {a["request_id"] for a in paid}
-    serving_processes.stop()  # each gives back the room it kept for its next calls
+    # Stopped as a deploy stops them: each gives back the room it kept for its next calls and
+    # writes the rest of its ledger.
+    serving_processes.stop()
     assert _holds(budget_id) == (0, 0.0)  # every hold settled or released
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:  # each process flushes within a second
-        spent = CallRecord.objects.filter(request_id__in=ids).aggregate(total=Sum("cost"))
-        if CallRecord.objects.filter(request_id__in=ids).count() == len(ids):
-            break
-        time.sleep(0.2)
-    assert spent["total"] <= Decimal("0.11")
+    rows = CallRecord.objects.filter(request_id__in=ids)
+    assert rows.count() == len(ids)
+    spent = rows.aggregate(total=Sum("cost"))["total"]
+    assert 0 < spent <= Decimal("0.10")  # each used less than it held
 
 
 def test_a_hold_left_by_a_process_killed_mid_call_lapses(serving_processes, secondary):
