@@ -82,13 +82,20 @@ class ReportQuery:
         return bucket.isoformat() if self.by == "day" else f"{bucket:%Y-%m}"
 
 
+# The days a report may name: the ledger's, with room; past them a range's arithmetic overflows.
+FIRST_DAY, LAST_DAY = date(2000, 1, 1), date(9998, 12, 31)
+
+
 def _date(option: str, value: str | None) -> date | None:
     if value in (None, ""):
         return None
     try:
-        return date.fromisoformat(value)
+        day = date.fromisoformat(value)
     except ValueError:
         raise ReportError(option, f"{value!r} is not a date as YYYY-MM-DD.") from None
+    if not FIRST_DAY <= day <= LAST_DAY:  # a range's end is the next day's midnight
+        raise ReportError(option, f"{value} is outside {FIRST_DAY} to {LAST_DAY}.")
+    return day
 
 
 def report_query(

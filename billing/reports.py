@@ -30,6 +30,7 @@ from billing.retention import (
     roll_up_state,
     rolled_sums,
 )
+from billing.roi import money as money_words
 from providers.models import Incident
 
 ANSWERED = (Tier.PRIMARY, Tier.SECONDARY)
@@ -93,13 +94,6 @@ def pct(part: int, whole: int) -> float | None:
 
 def money(amount: Decimal) -> Decimal:
     return amount.quantize(CENTS)
-
-
-def money_words(amount: Decimal) -> str:
-    """Cents once there are units to speak of; below that, the fractions cloud calls cost."""
-    size = abs(amount)
-    places = 2 if size >= 1 or not size else 4 if size >= Decimal("0.01") else 6
-    return f"{amount:,.{places}f}"
 
 
 def spend_report(query: ReportQuery) -> Report:

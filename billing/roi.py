@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import ROUND_HALF_UP, Decimal, localcontext
 
 from django.db.models import Count, Q, Sum
 from django.utils import timezone
@@ -50,6 +50,9 @@ PERCENT_INPUTS = ("input_share_pct", "cloud_share_pct")
 # Far past any real bill or volume, and short of what the chart's floats and Decimal's exponent
 # can hold: a typo of a few extra digits is refused, not drawn.
 LARGEST = Decimal(10) ** 15
+# Below this a value other than zero is a slip (1e-999 typed for 1): refused, so no figure
+# needs more digits than Decimal carries.
+SMALLEST = Decimal(10) ** -12
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,8 @@ def roi_problems(inputs: RoiInputs) -> dict[str, str]:
             problems[name] = f"{label} cannot be negative."
         elif value > LARGEST:
             problems[name] = f"{label} is too large: at most {LARGEST:,f}."
+        elif 0 < value < SMALLEST:
+            problems[name] = f"{label} is too small: zero, or at least {SMALLEST:f}."
     return problems
 
 
@@ -186,8 +191,11 @@ def million_tokens(value: Decimal) -> str:
 
 
 def _rounded(value: Decimal, places: int) -> Decimal:
-    # Half up, as money is rounded on an invoice (Decimal's own default is half even).
-    return value.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP)
+    # Half up, as money is rounded on an invoice (Decimal's own default is half even). The
+    # inputs' bounds keep every figure within 10^60, and so within these digits.
+    with localcontext() as context:
+        context.prec = 100
+        return value.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP)
 
 
 def _verdict(r: RoiResult) -> str:

@@ -140,6 +140,11 @@ def test_a_bad_csv_request_is_a_400_saying_why(viewer):
     assert response.status_code == 400
     assert response.content.decode() == "until: '2026-02-30' is not a date as YYYY-MM-DD."
     assert viewer.get(reverse("admin:control-reports-csv", args=["budgets"])).status_code == 400
+    # The year 9999's last days: a range's end (the next midnight) can't be reckoned.
+    response = viewer.get(url, {"since": "9999-12-01", "until": "9999-12-31"})
+    assert response.status_code == 400
+    assert "is outside 2000-01-01 to 9998-12-31." in response.content.decode()
+    assert page(viewer, until="9999-12-31")[0].status_code == 200
 
 
 def test_staff_without_the_ledger_permission_are_refused(client):

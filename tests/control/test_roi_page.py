@@ -129,6 +129,17 @@ def test_bad_input_is_shown_beside_its_field_with_no_figures(operator):
     assert "Please correct the errors below." in page
 
 
+def test_extreme_but_allowed_figures_are_shown_not_a_500(operator):
+    # Break-even of 10^15 at a blended 10^-12 a million tokens, and payback over a tiny saving.
+    extreme = {**EXAMPLE, "infrastructure_per_month": "1e15", "input_price_per_1m": "1e-12",
+               "output_price_per_1m": "1e-12", "exchange_rate": "1"}  # fmt: skip
+    assert operator.get(PAGE, extreme).status_code == 200
+    tiny = {**EXAMPLE, "exchange_rate": "1e-999990"}
+    response = operator.get(PAGE, tiny)
+    assert response.status_code == 200
+    assert "is too small" in row(response.content.decode(), "roi-exchange_rate")
+
+
 @pytest.mark.parametrize("days", ["-3", "0", "²", "9" * 5000, "3651"])
 def test_a_bad_ledger_window_falls_back_to_30_days_and_says_so(operator, days):
     response = operator.get(PAGE, {"days": days})
