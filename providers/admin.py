@@ -40,7 +40,10 @@ class ProviderAdmin(AuditedModelAdmin):
     readonly_fields = ("api_key_status", "created_at", "updated_at")
     fieldsets = (
         (None, {"fields": ("name", "kind", "base_url", "model", "enabled", "is_local")}),
-        ("Routing", {"fields": ("priority", "weight", "timeout_s", "context_window")}),
+        (
+            "Routing",
+            {"fields": ("priority", "weight", "timeout_s", "max_in_flight", "context_window")},
+        ),
         ("Credentials", {"fields": ("api_key_env", "api_key_status")}),
         ("Prices", {"fields": ("price_input_per_1m", "price_output_per_1m")}),
         ("History", {"fields": ("created_at", "updated_at")}),

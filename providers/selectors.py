@@ -120,6 +120,7 @@ def provider_config(row: Provider) -> ProviderConfig:
         timeout_s=row.timeout_s,
         context_window=row.context_window,
         weight=row.weight,
+        max_in_flight=row.max_in_flight,
         price_input_per_1m=row.price_input_per_1m,
         price_output_per_1m=row.price_output_per_1m,
         api_key=api_key,

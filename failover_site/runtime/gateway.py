@@ -16,6 +16,7 @@ from failover_site.runtime.ledger import LedgerWriter
 from failover_site.runtime.snapshots import SnapshotHolder
 from providers.adapters.pool import AdapterPool
 from providers.engine.clock import Clock
+from providers.routing.in_flight import InFlight
 from providers.routing.ports import Ports
 from providers.routing.readings import Readings
 from providers.state.contract import StateStore
@@ -44,13 +45,18 @@ class Gateway:
         # breaker are seen within it, or at once by the first call whose reply shows them.
         self.readings = Readings(max_age_s=0 if store.backend == "memory" else READINGS_MAX_AGE_S)
         self.snapshots = SnapshotHolder(store, self.clock, on_change=self.readings.clear)
+        self.in_flight = InFlight()
         self.ledger = ledger or LedgerWriter()
 
     @property
     def ports(self) -> Ports:
         """What a request's walk and the sentinel talk through."""
         return Ports(
-            store=self.store, clock=self.clock, adapters=self.adapters, readings=self.readings
+            store=self.store,
+            clock=self.clock,
+            adapters=self.adapters,
+            readings=self.readings,
+            in_flight=self.in_flight,
         )
 
     async def aclose(self) -> None:

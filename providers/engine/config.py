@@ -32,6 +32,7 @@ class ProviderConfig:
     timeout_s: float
     context_window: int
     weight: int = 100
+    max_in_flight: int = 0  # calls waiting on it at once in this process; 0: no limit
     price_input_per_1m: Decimal = Decimal("0")
     price_output_per_1m: Decimal = Decimal("0")
     api_key: str = field(default="", repr=False)

@@ -70,6 +70,14 @@ class Provider(models.Model):
             MaxValueValidator(600, "The timeout must be at most 600 s."),
         ],
     )
+    max_in_flight = models.PositiveIntegerField(
+        "calls in flight at most",
+        default=64,
+        validators=[MaxValueValidator(10_000, "At most 10,000 calls in flight.")],
+        help_text="Calls that may wait on this provider at once, in each serving process; past "
+        "it a request goes to the next provider at once instead of queueing behind a provider "
+        "that may be stuck. 0: no limit.",
+    )
     context_window = models.PositiveIntegerField(
         default=8192,
         validators=at_least(256, "The context window"),

@@ -11,33 +11,27 @@ from decimal import Decimal
 from typing import Any
 
 from providers.adapters.errors import ERROR_TABLE, ErrorClass, ErrorRule, ProviderError
-from providers.adapters.messages import Completion, CompletionRequest
+from providers.adapters.messages import Completion
 from providers.adapters.scrub import scrub, scrubbed_traceback
 from providers.adapters.stream import CompletionStream
-from providers.aio import spawn
 from providers.engine import breaker
 from providers.engine.breaker import Admission, BreakerState
 from providers.engine.budgets import (
-    Hold,
     answer_tokens_reserved,
     budget_gate,
     hold_seconds,
-    holds_for,
-    prompt_tokens_reserved,
     usage,
 )
-from providers.engine.config import BudgetConfig, PolicyConfig, ProviderConfig
+from providers.engine.config import PolicyConfig, ProviderConfig
 from providers.engine.health import health_skip
 from providers.routing.answer_cache import cache_write
+from providers.routing.budget_holds import hold, later, release_later, reservation
+from providers.routing.ports import Ports
 from providers.routing.rate_limits import rate_increments, rate_recorded
 from providers.routing.walk import MIN_ATTEMPT_S, Attempt, AttemptResult, Ticket, Walk
-from providers.state.contract import HoldRelease, Sample, SpendIncrement, Windows, spend_key
+from providers.state.contract import Sample, SpendIncrement, Windows, spend_key
 
 logger = logging.getLogger(__name__)
-
-# Releases of holds and probe slots off a request's path, kept until done (the loop holds
-# tasks only weakly).
-_releasing: set[asyncio.Task[None]] = set()
 
 
 async def admit(walk: Walk, provider: ProviderConfig) -> Ticket | AttemptResult:
@@ -84,14 +78,19 @@ async def admit(walk: Walk, provider: ProviderConfig) -> Ticket | AttemptResult:
     budget_skip = budget_gate(spent, holds)
     if budget_skip:
         return AttemptResult(Attempt(name, "skipped", budget_skip))
+    # Not one more call behind those already waiting on it (it may be stuck): the next one.
+    if not ports.in_flight.take(name, provider.max_in_flight):
+        return AttemptResult(Attempt(name, "skipped", "in_flight_limit"))
 
     time_left = walk.deadline - ports.clock.mono()
     if time_left < MIN_ATTEMPT_S:  # the bookkeeping took the time
+        ports.in_flight.give(name)
         return AttemptResult(Attempt(name, "skipped", "deadline_exceeded"))
     was_probe = decision.admission == Admission.PROBE
     if was_probe and not await store.acquire_probe(
         name, state.version, policy.half_open_probes, ports.clock.wall()
     ):
+        ports.in_flight.give(name)
         walk.events.append(
             breaker.BreakerEvent(breaker.EventKind.PROBE_REJECTED, name, ports.clock.wall())
         )
@@ -100,6 +99,7 @@ async def admit(walk: Walk, provider: ProviderConfig) -> Ticket | AttemptResult:
     if holds:
         held = await hold(walk, provider, holds, time_left)
         if isinstance(held, str):
+            ports.in_flight.give(name)
             if was_probe:  # it will never report: its slot goes to the next call
                 await store.release_probe(name, state.version)
             return AttemptResult(Attempt(name, "skipped", held))
@@ -120,55 +120,11 @@ async def admit(walk: Walk, provider: ProviderConfig) -> Ticket | AttemptResult:
     )
 
 
-async def hold(
-    walk: Walk, provider: ProviderConfig, holds: list[Hold], time_left: float
-) -> HoldRelease | str:
-    """The call's holds on its budgets: a standing hold this process kept for it (no round
-    trip), or its own reservation; or why the budgets refuse it."""
-    ports, request, name = walk.ports, walk.request, provider.name
-    now = ports.clock.wall()
-    keys = tuple(h.key for h in holds)
-    pool = ports.readings.standing
-    if not request.stream:  # a stream may outlive a standing hold's trusted half
-        standing = pool.claim(name, holds, now)
-        for stale in pool.take_stale():  # no longer trusted here: given back, off this path
-            _release_later(ports, stale)
-        if standing is not None:
-            return HoldRelease(standing, keys)
-    holder = f"{request.request_id}:{name}"
-    life_s = hold_seconds(
-        provider, time_left, stream=request.stream, grace_s=walk.policy.request_deadline_s
-    )
-    reserved = await ports.store.reserve(holder, holds, now=now, life_s=life_s)
-    ports.readings.note(None, None, reserved.spent, ports.clock.mono())
-    return reserved.refusal or HoldRelease(holder, keys)
-
-
-def reservation(
-    completion: CompletionRequest,
-    provider: ProviderConfig,
-    budgets: list[BudgetConfig],
-    keys: dict[int, tuple[str, int]],
-    priority: str,
-) -> list[Hold]:
-    """What a call must hold against its budgets: its worst case, the prompt's tokens from
-    above and the answer's most."""
-    if not budgets:
-        return []
-    tokens_in = prompt_tokens_reserved(completion.all_text(), len(completion.history) + 1)
-    tokens_out = answer_tokens_reserved(completion.max_tokens)
-    cost = provider.cost(tokens_in, tokens_out)
-    return holds_for(budgets, keys, cost, tokens_in + tokens_out, priority)
-
-
-def _release_later(ports: Any, release: HoldRelease) -> None:
-    _later(ports.store.release(release.holder, release.keys))
-
-
-def _later(work: Any) -> None:
-    task = spawn(work)
-    _releasing.add(task)
-    task.add_done_callback(_releasing.discard)
+def call_ended(ports: Ports, ticket: Ticket) -> None:
+    """The call no longer waits on its provider: its in-flight place is free (once)."""
+    if ticket.waiting:
+        ticket.waiting = False
+        ports.in_flight.give(ticket.provider.name)
 
 
 def health_gate(walk: Walk, state: BreakerState) -> str:
@@ -246,9 +202,9 @@ async def attempt(
         # The request itself was cancelled (its client went away): the holds and a probe's
         # slot go now, not when they lapse.
         if ticket.release is not None:
-            _release_later(ports, ticket.release)
+            release_later(ports, ticket.release)
         if ticket.was_probe:
-            _later(ports.store.release_probe(name, ticket.state.version))
+            later(ports.store.release_probe(name, ticket.state.version))
         raise
     except ProviderError as exc:
         error = exc
@@ -263,6 +219,9 @@ async def attempt(
         )
         detail = scrub(f"unexpected {type(exc).__name__}: {exc}", (provider.api_key,))
         error = ProviderError(ErrorClass.MALFORMED, detail[:500])
+    finally:
+        if stream is None:  # a stream waits on its provider until it ends (`settle`)
+            call_ended(ports, ticket)
     latency_s = ports.clock.mono() - ticket.started
 
     if stream is not None:  # settled when it ends (finish_stream)
@@ -284,6 +243,7 @@ async def settle(
     """Count a finished call: breaker, statistics, spend and (for a good answer) the cache, in
     one store round trip; then move the breaker if the call says so."""
     policy, ports = walk.policy, walk.ports
+    call_ended(ports, ticket)
     store, provider = ports.store, ticket.provider
     name = provider.name
     rule = ERROR_TABLE[error.error_class] if error is not None else None

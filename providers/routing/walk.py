@@ -98,6 +98,7 @@ class Ticket:
     request: CompletionRequest
     release: HoldRelease | None = None
     holds: list[Hold] = field(default_factory=list)
+    waiting: bool = True  # holds one of the provider's in-flight places, until `call_ended`
 
 
 @dataclass(slots=True)

@@ -66,6 +66,8 @@ DEMO_PROVIDERS: tuple[dict[str, Any], ...] = (
         "enabled": True,
         "is_local": True,
         "timeout_s": 20.0,
+        # Ollama answers a few at once (OLLAMA_NUM_PARALLEL) and queues the rest.
+        "max_in_flight": 16,
         "context_window": 8192,
     },
     {
