@@ -78,6 +78,13 @@ def note_events(events: list[BreakerEvent]) -> None:
         spawn(_write(worth))
 
 
+async def events_record(events: list[BreakerEvent]) -> None:
+    """A background job's breaker events, written before it returns."""
+    worth = [e for e in events if e.kind in (EventKind.OPENED, EventKind.CLOSED)]
+    if worth:
+        await _write(worth)
+
+
 def _still_out(breaker: BreakerState) -> bool:
     """The provider is out for the shared state: its next CLOSED event (or an operator's reset)
     will end the incident."""

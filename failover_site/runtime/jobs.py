@@ -18,8 +18,10 @@ from alerts.raising import budget_crossed, cloud_share_check, failover_check, se
 from billing.retention import ledger_housekeeping
 from failover_site.runtime.background import run_db
 from failover_site.runtime.gateway import Gateway
+from failover_site.runtime.incidents import events_record
 from providers.sentinel.checks import sentinel_tick
 from providers.sentinel.keepalive import keepalive_tick
+from providers.sentinel.recovery import probe_idle_breakers
 from providers.state.contract import spend_key
 
 logger = logging.getLogger(__name__)
@@ -30,7 +32,12 @@ _STARTED_AT = time.time()
 
 
 async def sentinel_job(gateway: Gateway) -> object:
-    return await sentinel_tick(gateway)
+    """The checks, then the probes of breakers no request came to probe (their recovery,
+    recorded before the job ends: a Celery task's loop ends with it)."""
+    found = await sentinel_tick(gateway)
+    if found is not None:
+        await events_record(await probe_idle_breakers(gateway))
+    return found
 
 
 async def keepalive_job(gateway: Gateway) -> object:
