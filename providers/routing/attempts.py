@@ -220,8 +220,9 @@ async def attempt(
         detail = scrub(f"unexpected {type(exc).__name__}: {exc}", (provider.api_key,))
         error = ProviderError(ErrorClass.MALFORMED, detail[:500])
     finally:
-        if stream is None:  # a stream waits on its provider until it ends (`settle`)
-            call_ended(ports, ticket)
+        # A stream stops waiting at its first token: a provider that answers isn't stuck, and
+        # a stream its client never reads on must not keep the place.
+        call_ended(ports, ticket)
     latency_s = ports.clock.mono() - ticket.started
 
     if stream is not None:  # settled when it ends (finish_stream)

@@ -69,7 +69,7 @@ async def test_a_place_is_given_back_whatever_the_call_ended_in(api, gateway, pr
             await update_policy(request_deadline_s=1.0)
         await ask(api, cache=False)
         assert gateway.in_flight.count("ollama-local") == 0, mode
-    # A stream holds its place until it ends, then gives it back.
+    # A stream gives its place back at its first token.
     primary.set_fault(mode="ok")
     response = await api.post(
         "/v1/chat/completions",
