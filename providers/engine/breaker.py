@@ -73,6 +73,10 @@ class WindowStats:
     slow: int = 0
     p95_calls: int = 0  # in the p95 window
     over_p95: int = 0
+    # In the p95 window's later half (the last of its two minutes, by default); the earlier
+    # half is the rest.
+    p95_calls_recent: int = 0
+    over_p95_recent: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,9 +212,18 @@ def _trip_reason(
             return "failure_rate"
         if stats.slow * 100 >= policy.slow_call_rate_pct * stats.calls and stats.slow:
             return "slow_calls"
-    if stats.p95_calls >= policy.failure_min_calls and stats.over_p95 > P95_SHARE * stats.p95_calls:
+    if _p95_over(stats.p95_calls_recent, stats.over_p95_recent, policy) and _p95_over(
+        stats.p95_calls - stats.p95_calls_recent, stats.over_p95 - stats.over_p95_recent, policy
+    ):
         return "p95_latency"
     return ""
+
+
+def _p95_over(calls: int, over: int, policy: PolicyConfig) -> bool:
+    """A p95 over the limit (more than 5 % of the calls over it) in one half of the p95
+    window, on at least the minimum of calls. The rule asks it of both halves: a latency held
+    for two minutes running, not one slow call among ten."""
+    return calls >= policy.failure_min_calls and over > P95_SHARE * calls
 
 
 def needs_window(outcome: Outcome, policy: PolicyConfig) -> bool:

@@ -200,9 +200,11 @@ class MemoryStore(StateStore):
         self, buckets: dict[int, Bucket], windows: Windows, index: int, closed_bucket: int
     ) -> WindowStats:
         """The windows' sums, from after the breaker last closed."""
-        calls = failures = slow = p95_calls = over = 0
+        calls = failures = slow = p95_calls = over = recent_calls = recent_over = 0
         failure_from = max(index - windows.buckets_in(windows.failure_window_s), closed_bucket)
-        p95_from = max(index - windows.buckets_in(windows.p95_window_s), closed_bucket)
+        p95_buckets = windows.buckets_in(windows.p95_window_s)
+        p95_from = max(index - p95_buckets, closed_bucket)
+        recent_from = max(index - -(-p95_buckets // 2), closed_bucket)  # its later half
         for i, bucket in buckets.items():
             if failure_from < i <= index:
                 calls += bucket.get("c", 0)
@@ -211,7 +213,10 @@ class MemoryStore(StateStore):
             if p95_from < i <= index:
                 p95_calls += bucket.get("c", 0)
                 over += bucket.get("p", 0)
-        return WindowStats(calls, failures, slow, p95_calls, over)
+                if i > recent_from:
+                    recent_calls += bucket.get("c", 0)
+                    recent_over += bucket.get("p", 0)
+        return WindowStats(calls, failures, slow, p95_calls, over, recent_calls, recent_over)
 
     async def transition(self, name: str, expected_version: int, new: BreakerState) -> bool:
         current = self._states.get(name, BreakerState())

@@ -131,12 +131,14 @@ end
 local stats = {}
 if ARGV[8] == '1' then
   local idx, fw, pw = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
+  -- the p95 window's later half, counted apart too (the rule asks both halves)
+  local half = math.ceil(pw / 2)
   -- only calls after the breaker last closed count toward tripping it again
   local closed_at = tonumber(redis.call('HGET', b, 'closed_at') or '0')
   local closed = math.floor(closed_at / tonumber(ARGV[13]))
   fw = math.max(0, math.min(fw, idx - closed))
   pw = math.max(0, math.min(pw, idx - closed))
-  local c, f, s, pc, p = 0, 0, 0, 0, 0
+  local c, f, s, pc, p, rc, rp = 0, 0, 0, 0, 0, 0, 0
   for i = 0, math.max(fw, pw) - 1 do
     local v = redis.call('HMGET', ARGV[9] .. (idx - i), 'c', 'f', 's', 'p', 'e')
     if (v[5] or '0') == epoch then
@@ -149,10 +151,14 @@ if ARGV[8] == '1' then
       if i < pw then
         pc = pc + vc
         p = p + tonumber(v[4] or '0')
+        if i < half then
+          rc = rc + vc
+          rp = rp + tonumber(v[4] or '0')
+        end
       end
     end
   end
-  stats = {c, f, s, pc, p}
+  stats = {c, f, s, pc, p, rc, rp}
 end
 local health = redis.call('HGET', hk, 'status') or ''
 return {redis.call('HGETALL', b), stats, spent, health, standing_taken}

@@ -149,8 +149,9 @@ def test_fewer_than_half_slow_calls_leave_it_closed():
     )
 
 
-def test_it_opens_when_more_than_five_percent_of_calls_exceed_the_p95_limit():
-    stats = WindowStats(calls=20, p95_calls=20, over_p95=2)  # 10 % over 5 s
+def test_it_opens_when_the_p95_is_over_its_limit_for_both_minutes_of_the_window():
+    # 10 % of the calls over 5 s in each minute of the 120 s window.
+    stats = WindowStats(calls=20, p95_calls=20, over_p95=2, p95_calls_recent=10, over_p95_recent=1)
     new, events = on_outcome(NAME, BreakerState(), stats, success(6.0), POLICY, T0, was_probe=False)
     assert new is not None and new.state == State.OPEN
     assert events == (opened_event("p95_latency", 60.0),)
@@ -159,8 +160,14 @@ def test_it_opens_when_more_than_five_percent_of_calls_exceed_the_p95_limit():
 @pytest.mark.parametrize(
     "stats",
     [
-        WindowStats(calls=20, p95_calls=20, over_p95=1),  # exactly 5 %: not more than
-        WindowStats(calls=4, p95_calls=4, over_p95=4),  # under the minimum of calls
+        # exactly 5 % in each minute: not more than
+        WindowStats(calls=40, p95_calls=40, over_p95=2, p95_calls_recent=20, over_p95_recent=1),
+        # under the minimum of calls in a minute
+        WindowStats(calls=8, p95_calls=8, over_p95=8, p95_calls_recent=4, over_p95_recent=4),
+        # one slow call among ten, in the last minute only: a moment, not a sustained latency
+        WindowStats(calls=20, p95_calls=20, over_p95=1, p95_calls_recent=10, over_p95_recent=1),
+        # the earlier minute was slow, the last one isn't any more
+        WindowStats(calls=20, p95_calls=20, over_p95=5, p95_calls_recent=10, over_p95_recent=0),
     ],
 )
 def test_the_p95_rule_needs_more_than_five_percent_and_the_minimum_of_calls(stats):

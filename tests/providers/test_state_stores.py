@@ -140,17 +140,18 @@ async def test_record_counts_consecutive_failures_and_a_success_resets_them(stor
 
 async def test_window_sums_drop_buckets_older_than_the_window(store):
     stats = (await record(store, T0, sample=call(failure=True), want_stats=True)).stats
-    assert stats == WindowStats(calls=1, failures=1, slow=0, p95_calls=1, over_p95=0)
+    assert stats == WindowStats(1, 1, 0, p95_calls=1, over_p95=0, p95_calls_recent=1)
 
     stats = (await record(store, T0 + 30, sample=call(slow=True), want_stats=True)).stats
-    assert stats == WindowStats(calls=2, failures=1, slow=1, p95_calls=2, over_p95=0)
+    assert stats == WindowStats(2, 1, 1, p95_calls=2, over_p95=0, p95_calls_recent=2)
 
-    # 61 s on, the first call has left the 60 s failure window but not the 120 s p95 window.
+    # 61 s on, the first call has left the 60 s failure window but not the 120 s p95 window:
+    # it is in the p95 window's earlier minute now.
     stats = (await record(store, T0 + 61, sample=call(latency_ms=6000), want_stats=True)).stats
-    assert stats == WindowStats(calls=2, failures=0, slow=1, p95_calls=3, over_p95=1)
+    assert stats == WindowStats(2, 0, 1, 3, 1, p95_calls_recent=2, over_p95_recent=1)
 
     stats = (await record(store, T0 + 125, sample=call(), want_stats=True)).stats
-    assert stats == WindowStats(calls=1, failures=0, slow=0, p95_calls=3, over_p95=1)
+    assert stats == WindowStats(1, 0, 0, 3, 1, p95_calls_recent=1, over_p95_recent=0)
 
 
 async def test_transition_is_a_compare_and_set_on_the_version(store):
@@ -333,7 +334,7 @@ async def test_calls_before_the_breaker_last_closed_no_longer_count(store):
     closed = BreakerState(state=State.CLOSED, version=current.version + 1, closed_at=T0 + 10)
     assert await store.transition(NAME, current.version, closed)
     stats = (await record(store, T0 + 12, sample=call(failure=True), want_stats=True)).stats
-    assert stats == WindowStats(calls=1, failures=1, slow=0, p95_calls=1, over_p95=0)
+    assert stats == WindowStats(1, 1, 0, p95_calls=1, over_p95=0, p95_calls_recent=1)
 
 
 async def test_a_probe_slot_notes_when_it_was_taken(store):

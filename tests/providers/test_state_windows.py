@@ -60,9 +60,9 @@ async def test_set_mode_starts_the_window_afresh_for_the_breaker_and_the_summary
     await store.set_mode(NAME, Mode.AUTO)
     # The same bucket as the last call before the reset, and a fresh one.
     stats = (await record(store, T0 + 3, sample=call(failure=True), want_stats=True)).stats
-    assert stats == WindowStats(calls=1, failures=1, slow=0, p95_calls=1, over_p95=0)
+    assert stats == WindowStats(1, 1, 0, p95_calls=1, over_p95=0, p95_calls_recent=1)
     stats = (await record(store, T0 + 4, sample=call(), want_stats=True)).stats
-    assert stats == WindowStats(calls=2, failures=1, slow=0, p95_calls=2, over_p95=0)
+    assert stats == WindowStats(2, 1, 0, p95_calls=2, over_p95=0, p95_calls_recent=2)
     summary = await store.summary(NAME, WINDOWS, T0 + 4)
     assert (summary.calls, summary.failures, summary.failure_rate_pct) == (2, 1, 50.0)
     assert summary.p95_ms == pytest.approx(100, rel=0.05)  # the 6 s calls are gone
