@@ -26,12 +26,14 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from django.db import transaction
-from django.db.models import Count, Q, Sum
+from django.db.models import Count, Sum
 from django.utils import timezone
 
 from alerts import dispatch
 from alerts.models import AlertEvent
 from billing.models import Budget, CallRecord
+from billing.reports import ANSWERED
+from billing.selectors import cloud_q
 from providers.models import FailoverPolicy, Incident, Provider
 from providers.selectors import policy_get
 
@@ -265,13 +267,8 @@ def cloud_share_check() -> AlertEvent | None:
     since = timezone.localtime(timezone=ZoneInfo(policy.time_zone)).replace(
         hour=0, minute=0, second=0, microsecond=0
     )
-    local = Provider.objects.filter(is_local=True).values("name")
-    answered = CallRecord.objects.filter(
-        created_at__gte=since, tier__in=("primary", "secondary"), outcome="ok"
-    )
-    today = answered.aggregate(
-        total=Count("id"), cloud=Count("id", filter=~Q(final_provider__in=local))
-    )
+    answered = CallRecord.objects.filter(created_at__gte=since, tier__in=ANSWERED, outcome="ok")
+    today = answered.aggregate(total=Count("id"), cloud=Count("id", filter=cloud_q()))
     total = today["total"] or 0
     if total < CLOUD_SHARE_MIN_REQUESTS:
         return None

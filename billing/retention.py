@@ -48,7 +48,8 @@ from django.db.models import (
 from django.db.models.functions import TruncDate
 
 from billing.models import CallRecord, DailyUsage, IncidentUsage, LedgerRollUp, Tier
-from providers.models import Incident, Provider
+from billing.selectors import cloud_q
+from providers.models import Incident
 from providers.selectors import policy_get
 
 logger = logging.getLogger(__name__)
@@ -77,13 +78,6 @@ def day_start(day: date, zone: ZoneInfo) -> datetime:
 
 def local_day(moment: datetime, zone: ZoneInfo) -> date:
     return moment.astimezone(zone).date()
-
-
-def cloud_q() -> Q:
-    """A record answered (or tried last) by a provider not known as self-hosted: a provider
-    deleted since counts as cloud, as in the budgets' spend (`billing.selectors`)."""
-    local = Provider.objects.filter(is_local=True).values("name")
-    return ~Q(final_provider="") & ~Q(final_provider__in=local)
 
 
 def is_cloud() -> Case:

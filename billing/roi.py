@@ -21,10 +21,11 @@ from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal, localcontext
 
-from django.db.models import Count, Q, Sum
+from django.db.models import Count, Sum
 from django.utils import timezone
 
 from billing.models import CallRecord
+from billing.selectors import cloud_q
 from providers.models import Provider
 from providers.selectors import policy_get
 
@@ -315,7 +316,6 @@ def ledger_reading(
     requests = total = inputs_total = cloud = 0
     if volumes:
         since = (now or timezone.now()) - timedelta(days=window)
-        local = Provider.objects.filter(is_local=True).values("name")
         totals = (
             CallRecord.objects.filter(created_at__gte=since)
             .exclude(final_provider="")
@@ -323,8 +323,8 @@ def ledger_reading(
                 requests=Count("id"),
                 all_in=Sum("tokens_in"),
                 all_out=Sum("tokens_out"),
-                cloud_in=Sum("tokens_in", filter=~Q(final_provider__in=local)),
-                cloud_out=Sum("tokens_out", filter=~Q(final_provider__in=local)),
+                cloud_in=Sum("tokens_in", filter=cloud_q()),
+                cloud_out=Sum("tokens_out", filter=cloud_q()),
             )
         )
         requests = totals["requests"]
@@ -386,8 +386,3 @@ def ledger_reading(
 def _percent(value: Decimal) -> Decimal:
     # Hundredths of a percent: finer than the ledger can tell, short enough to read in a form.
     return value.quantize(Decimal("0.01"))
-
-
-def roi_inputs_from_ledger(days: int = MONTH_DAYS) -> RoiInputs:
-    """The inputs from the ledger's last `days` and the first cloud fallback's prices."""
-    return ledger_reading(days).inputs

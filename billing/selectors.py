@@ -11,6 +11,13 @@ from billing.models import Budget, BudgetScope, BudgetUnit, CallRecord
 from providers.models import Provider
 
 
+def cloud_q() -> Q:
+    """A record answered (or tried last) by a provider not known as self-hosted: a provider
+    deleted since counts as cloud, as in the budgets' spend (`budget_spend`)."""
+    local = Provider.objects.filter(is_local=True).values("name")
+    return ~Q(final_provider="") & ~Q(final_provider__in=local)
+
+
 def budget_spend(*, budget_id: int, since: datetime) -> Decimal:
     """What the ledger says a budget's scope spent since `since` (its period's start, which
     the caller knows in the policy's time zone), in money or tokens: the truth the state
@@ -21,8 +28,7 @@ def budget_spend(*, budget_id: int, since: datetime) -> Decimal:
         records = records.filter(final_provider=budget.provider.name)
     else:
         # As the live counters: self-hosted providers' spend never counts against these.
-        local = Provider.objects.filter(is_local=True).values("name")
-        records = records.exclude(final_provider__in=local).exclude(final_provider="")
+        records = records.filter(cloud_q())
         if budget.scope == BudgetScope.CLIENT:
             if budget.client_app is None:
                 return Decimal("0")

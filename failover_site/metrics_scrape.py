@@ -48,7 +48,8 @@ from providers.api.json_body import ApiError
 from providers.engine.breaker import Mode, State
 from providers.engine.config import Snapshot
 from providers.engine.health import DEGRADED, DISABLED, DOWN, HEALTHY, provider_health
-from providers.state.contract import StatusRead, Windows, spend_key
+from providers.routing.attempts import windows
+from providers.state.contract import StatusRead, spend_key
 
 logger = logging.getLogger(__name__)
 
@@ -128,7 +129,7 @@ async def read_state(gateway: Gateway) -> StateReading | None:
     keys = {b.id: spend_key(b.id, b.period, now, policy.time_zone)[0] for b in snapshot.budgets}
     read = await gateway.store.status_read(
         [provider.name for provider in snapshot.providers],
-        windows=Windows(policy.bucket_s, policy.failure_window_s, policy.p95_window_s),
+        windows=windows(policy),
         now=now,
         spend_keys=keys.values(),
     )

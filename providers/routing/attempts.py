@@ -301,23 +301,18 @@ async def settle(
     current, stats = recorded.state, recorded.stats
     ports.readings.note(name, current, recorded.spent, ports.clock.mono())
     rate_recorded(ports, walk.request.rate)
-    new_state, new_events = breaker.on_outcome(
-        name,
-        current,
-        stats,
-        outcome,
-        policy,
-        now,
-        was_probe=ticket.was_probe and current.version == state.version,
+    walk.events.extend(
+        await breaker_move(
+            ports,
+            policy,
+            name,
+            current,
+            stats,
+            outcome,
+            now,
+            was_probe=ticket.was_probe and current.version == state.version,
+        )
     )
-    if new_state is not None:
-        ports.readings.forget(name)
-    if new_state is not None and await store.transition(name, current.version, new_state):
-        walk.events.extend(new_events)
-        for event in new_events:
-            logger.warning(
-                "breaker %s %s (%s)", event.provider, event.kind.value, event.reason or "-"
-            )
 
     latency_ms = round(latency_s * 1000)
     if error is None:
@@ -333,6 +328,32 @@ async def settle(
         cost=cost,
     )
     return attempt, cost
+
+
+async def breaker_move(
+    ports: Ports,
+    policy: PolicyConfig,
+    name: str,
+    current: BreakerState,
+    stats: breaker.WindowStats | None,
+    outcome: breaker.Outcome,
+    now: float,
+    *,
+    was_probe: bool,
+) -> tuple[breaker.BreakerEvent, ...]:
+    """Move the breaker if a recorded call says so (`current` already counts it): by
+    version, so a process that moved it first wins. The events, if this one moved it."""
+    new_state, new_events = breaker.on_outcome(
+        name, current, stats, outcome, policy, now, was_probe=was_probe
+    )
+    if new_state is None:
+        return ()
+    ports.readings.forget(name)
+    if not await ports.store.transition(name, current.version, new_state):
+        return ()
+    for event in new_events:
+        logger.warning("breaker %s %s (%s)", event.provider, event.kind.value, event.reason or "-")
+    return new_events
 
 
 def breaker_outcome(

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING
 from providers.engine import breaker
 from providers.engine.breaker import Admission, BreakerEvent, Mode, State
 from providers.engine.config import PolicyConfig, ProviderConfig
+from providers.routing.attempts import breaker_move, windows
 from providers.sentinel.checks import check, wants_inference
-from providers.state.contract import Sample, Windows
+from providers.state.contract import Sample
 
 if TYPE_CHECKING:
     from providers.routing.ports import Runtime
@@ -54,7 +55,6 @@ async def _probe(
         state = decision.transition
     if decision.admission != Admission.PROBE:
         return events  # still cooling down, or its probes are out
-    windows = Windows(policy.bucket_s, policy.failure_window_s, policy.p95_window_s)
     for _ in range(policy.half_open_probes):
         if not await store.acquire_probe(
             name, state.version, policy.half_open_probes, ports.clock.wall()
@@ -78,7 +78,7 @@ async def _probe(
                 latency_ms=latency_s * 1000,
             ),
             now=now,
-            windows=windows,
+            windows=windows(policy),
             want_stats=False,
             probe_version=state.version,
         )
@@ -88,20 +88,17 @@ async def _probe(
             breaker_failure=not result.ok,
             error_class=result.error_class.value if result.error_class else "",
         )
-        moved, moved_events = breaker.on_outcome(
+        moved = await breaker_move(
+            ports,
+            policy,
             name,
             recorded.state,
             None,
             outcome,
-            policy,
             now,
             was_probe=recorded.state.version == state.version,
         )
-        if moved is not None:
-            ports.readings.forget(name)
-            if await store.transition(name, recorded.state.version, moved):
-                events += moved_events
-            break
-        if not result.ok or recorded.state.version != state.version:
+        events += moved
+        if moved or not result.ok or recorded.state.version != state.version:
             break
     return events

@@ -18,7 +18,6 @@ from billing.roi import (
     RoiInputs,
     ledger_reading,
     roi_calculate,
-    roi_inputs_from_ledger,
 )
 from providers.models import FailoverPolicy
 from providers.selectors import policy_get
@@ -241,14 +240,14 @@ def test_the_ledger_gives_the_volumes_scaled_to_a_month_and_the_first_cloud_fall
     )
     assert reading.price_provider == "openai-cloud" and inputs.exchange_rate == 1
     assert (inputs.infrastructure_per_month, inputs.hardware_cost) == (0, 0)
-    assert roi_inputs_from_ledger(30).monthly_tokens == 10_000  # the month is 30 days
+    assert ledger_reading(30).inputs.monthly_tokens == 10_000  # the month is 30 days
 
 
 @pytest.mark.django_db
 def test_a_provider_missing_from_the_registry_counts_as_cloud_as_the_budgets_count_it(registry):
     make_call_record(final_provider="ollama-local", tokens_in=300, tokens_out=0)
     make_call_record(final_provider="gone-provider", tokens_in=100, tokens_out=0)
-    assert roi_inputs_from_ledger().cloud_share_pct == Decimal(25)
+    assert ledger_reading().inputs.cloud_share_pct == Decimal(25)
 
 
 @pytest.mark.django_db
