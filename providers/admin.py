@@ -45,6 +45,7 @@ class ProviderAdmin(AuditedModelAdmin):
             {"fields": ("priority", "weight", "timeout_s", "max_in_flight", "context_window")},
         ),
         ("Credentials", {"fields": ("api_key_env", "api_key_status")}),
+        ("Runbook", {"fields": ("runbook",)}),
         ("Prices", {"fields": ("price_input_per_1m", "price_output_per_1m")}),
         ("History", {"fields": ("created_at", "updated_at")}),
     )

@@ -67,6 +67,10 @@ class PolicyConfig:
     slow_call_rate_pct: float = 50
     p95_latency_s: float = 5.0
     p95_window_s: int = 120
+    # A call in flight past clamp(multiplier × the provider's p99, floor, cap) is stuck.
+    stuck_multiplier: float = 3.0
+    stuck_floor_s: float = 1.0
+    stuck_cap_s: float = 10.0
     cooldown_s: int = 60
     cooldown_multiplier: float = 2.0
     max_cooldown_s: int = 600

@@ -55,6 +55,7 @@ class FailoverPolicy(MoneyPolicy):
                 ("failure_rate_pct", "failure_window_s", "failure_min_calls"),
                 ("slow_call_s", "slow_call_rate_pct"),
                 ("p95_latency_s", "p95_window_s"),
+                ("stuck_multiplier", "stuck_floor_s", "stuck_cap_s"),
                 ("cooldown_s", "cooldown_multiplier", "max_cooldown_s"),
                 "half_open_probes",
             ),
@@ -154,6 +155,23 @@ class FailoverPolicy(MoneyPolicy):
     )
     p95_window_s = models.PositiveIntegerField(
         "p95 window (s)", default=120, validators=at_least(1, "The p95 window")
+    )
+    # A call still waiting past this counts against the breaker at once (`routing/stuck.py`).
+    stuck_multiplier = models.FloatField(
+        "stuck after × the provider's p99",
+        default=3.0,
+        validators=at_least(1, "The stuck multiplier"),
+        help_text="A call still waiting this many times the provider's recent p99 latency "
+        "counts as a failure without waiting for its timeout.",
+    )
+    stuck_floor_s = models.FloatField(
+        "stuck after at least (s)", default=1.0, validators=at_least(0.1, "The stuck floor")
+    )
+    stuck_cap_s = models.FloatField(
+        "stuck after at most (s)",
+        default=10.0,
+        validators=at_least(0.1, "The stuck cap"),
+        help_text="Also the threshold for a provider with no recent answers.",
     )
     cooldown_s = models.PositiveIntegerField(
         "cooldown (s)", default=60, validators=at_least(1, "The cooldown")
@@ -353,6 +371,15 @@ class FailoverPolicy(MoneyPolicy):
             errors["max_cooldown_s"] = (
                 f"The maximum cooldown ({self.max_cooldown_s} s) cannot be below the base "
                 f"cooldown ({self.cooldown_s} s)."
+            )
+        if (
+            self.stuck_floor_s is not None
+            and self.stuck_cap_s is not None
+            and self.stuck_cap_s < self.stuck_floor_s
+        ):
+            errors["stuck_cap_s"] = (
+                f"A call can't be stuck at most after {self.stuck_cap_s:g} s but at least after "
+                f"{self.stuck_floor_s:g} s."
             )
         if (
             self.sentinel_degraded_after is not None

@@ -78,6 +78,12 @@ class Provider(models.Model):
         "it a request goes to the next provider at once instead of queueing behind a provider "
         "that may be stuck. 0: no limit.",
     )
+    runbook = models.TextField(
+        blank=True,
+        max_length=2000,
+        help_text="What to try first when this provider is in trouble, one step a line (for "
+        "example `systemctl status ollama`). Quoted in its alerts.",
+    )
     context_window = models.PositiveIntegerField(
         default=8192,
         validators=at_least(256, "The context window"),
