@@ -95,6 +95,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         metavar="DIR",
         help="A checkout of another commit (git worktree add): its gateway too, interleaved.",
     )
+    parser.add_argument(
+        "--primary-refused",
+        action="store_true",
+        help="Put a refusing self-hosted primary (a closed port) before the fake provider: the "
+        "gateway's throughput with its primary down, its breaker open, served by the next.",
+    )
     parser.add_argument("--no-pin", action="store_true", help="Don't pin processes to CPUs.")
     parser.add_argument("--json", metavar="PATH", help="Write the results as JSON here.")
     parser.add_argument(

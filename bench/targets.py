@@ -37,6 +37,7 @@ from wrkrun import Run, Wrk
 MODEL = "llama3.1:8b"
 PROMPT = "Say hello."
 PROVIDER_NAME = "bench-ollama"
+REFUSING_NAME = "bench-refusing"  # with --primary-refused: priority 5, a closed port
 # The frontends' request, and what the gateway's Ollama adapter sends upstream for it
 # (providers/adapters/ollama.py: json.dumps of model, messages, stream=False).
 GATEWAY_BODY = json.dumps({"prompt": PROMPT})
@@ -219,7 +220,15 @@ class Bench:
             f"Provider.objects.update_or_create(name={PROVIDER_NAME!r}, defaults=dict("
             f"kind='ollama', base_url=os.environ['BENCH_UPSTREAM'], model={MODEL!r}, "
             "is_local=True, priority=10, enabled=True)); "
-            "print('providers:', list(Provider.objects.filter(enabled=True)"
+            + (
+                # A primary that refuses every connection, before the one that answers.
+                f"Provider.objects.update_or_create(name={REFUSING_NAME!r}, defaults=dict("
+                f"kind='ollama', base_url='http://127.0.0.1:{free_port()}', model={MODEL!r}, "
+                "is_local=True, priority=5, enabled=True)); "
+                if self.args.primary_refused
+                else ""
+            )
+            + "print('providers:', list(Provider.objects.filter(enabled=True)"
             ".values_list('name', 'base_url', 'priority')))"
         )
         # The bench's client app, limited far above any load here so the rate limit's
@@ -339,9 +348,10 @@ class Bench:
             answer = json.loads(body)
         except ValueError:
             answer = {}
-        if status != 200 or answer.get("tier") != "primary":
+        expected = "secondary" if self.args.primary_refused else "primary"
+        if status != 200 or answer.get("tier") != expected:
             raise BenchError(
-                f"{target} {when}: expected 200 with tier 'primary', got {status}: "
+                f"{target} {when}: expected 200 with tier {expected!r}, got {status}: "
                 f"{body[:400]!r}\n  (the cascade did not reach the fake provider, so this "
                 f"would not measure the proxy path)\n{log_tail(proc)}"
             )

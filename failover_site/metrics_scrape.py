@@ -48,7 +48,7 @@ from providers.api.json_body import ApiError
 from providers.engine.breaker import Mode, State
 from providers.engine.config import Snapshot
 from providers.engine.health import DEGRADED, DISABLED, DOWN, HEALTHY, provider_health
-from providers.routing.attempts import windows
+from providers.routing.settling import windows
 from providers.state.contract import StatusRead, spend_key
 
 logger = logging.getLogger(__name__)

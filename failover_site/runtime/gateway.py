@@ -16,6 +16,7 @@ from failover_site.runtime.ledger import LedgerWriter
 from failover_site.runtime.snapshots import SnapshotHolder
 from providers.adapters.pool import AdapterPool
 from providers.engine.clock import Clock
+from providers.routing.breaker_watch import StuckWatch
 from providers.routing.in_flight import InFlight
 from providers.routing.ports import Ports
 from providers.routing.readings import Readings
@@ -46,6 +47,7 @@ class Gateway:
         self.readings = Readings(max_age_s=0 if store.backend == "memory" else READINGS_MAX_AGE_S)
         self.snapshots = SnapshotHolder(store, self.clock, on_change=self.readings.clear)
         self.in_flight = InFlight()
+        self.stuck = StuckWatch()  # the breakers as last heard, the providers' latencies
         self.ledger = ledger or LedgerWriter()
 
     @property
@@ -57,6 +59,7 @@ class Gateway:
             adapters=self.adapters,
             readings=self.readings,
             in_flight=self.in_flight,
+            stuck=self.stuck,
         )
 
     async def aclose(self) -> None:

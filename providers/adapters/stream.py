@@ -40,6 +40,7 @@ class CompletionStream:
         self._lines = response.aiter_lines()
         self._idle_s = idle_s
         self._closed = False
+        self.longest_pause_s = 0.0  # between two pieces after the first (the stall rule's measure)
 
     @property
     def text(self) -> str:
@@ -82,16 +83,23 @@ class CompletionStream:
                 return text
         return None
 
+    def limit_pause(self, seconds: float) -> None:
+        """A pause between two pieces longer than `seconds` breaks the stream (as a timeout),
+        never longer than the pause it was opened with (the provider's timeout)."""
+        self._idle_s = min(self._idle_s, seconds)
+
     async def rest(self) -> AsyncGenerator[str, None]:
         """The text after `first`, piece by piece, until the stream ends."""
         try:
             loop = asyncio.get_running_loop()
             while True:
+                asked = loop.time()
                 text = await self.next_text(
-                    loop.time() + self._idle_s, f"no text for {self._idle_s:.2f} s mid-answer"
+                    asked + self._idle_s, f"no text for {self._idle_s:.2f} s mid-answer"
                 )
                 if text is None:
                     break
+                self.longest_pause_s = max(self.longest_pause_s, loop.time() - asked)
                 yield text
         finally:
             await self.aclose()

@@ -4,9 +4,10 @@ One breaker per provider, shared by every serving process through the state stor
 decides; the store applies its decisions atomically (a transition names the version it was made
 from, and loses if another process moved first).
 
-- CLOSED → OPEN on: N consecutive failures; failure rate over a window with a minimum of calls;
-  slow-call rate; p95 latency over its limit (more than 5 % of calls slower than it); an auth
-  error at once; a 429 for its Retry-After.
+- CLOSED → OPEN on: N consecutive failures (a call still waiting past its stuck threshold,
+  `stuck_after`, counts as one without waiting for its timeout); failure rate over a window
+  with a minimum of calls; slow-call rate; p95 latency over its limit, held in both halves of
+  its window; an auth error at once; a 429 for its Retry-After.
 - OPEN for cooldown × multiplier^reopens, capped, then HALF_OPEN.
 - HALF_OPEN admits exactly N probes in total; all succeed → CLOSED (backoff resets); one fails →
   OPEN with the next cooldown.
@@ -123,6 +124,24 @@ def is_over_p95(latency_s: float, policy: PolicyConfig) -> bool:
     return latency_s > policy.p95_latency_s
 
 
+STUCK = "stuck"  # the error class of a call counted while still waiting
+
+
+def stuck_after(p99_s: float | None, policy: PolicyConfig) -> float:
+    """How long a call may wait on its provider before it counts as a failure while still in
+    flight: `stuck_multiplier` × the provider's recent p99, within the policy's floor and cap.
+    A model that normally takes 4–8 s isn't stuck at 9 s; one that answers in milliseconds is
+    at the floor (1 s). With no recent answers to judge by, the cap."""
+    if p99_s is None:
+        return policy.stuck_cap_s
+    return min(policy.stuck_cap_s, max(policy.stuck_floor_s, policy.stuck_multiplier * p99_s))
+
+
+def stuck_outcome(stuck_s: float) -> Outcome:
+    """A call still in flight past its stuck threshold, as the breaker counts it: a failure."""
+    return Outcome(ok=False, latency_s=stuck_s, breaker_failure=True, error_class=STUCK)
+
+
 def cooldown_for(reopens: int, policy: PolicyConfig) -> float:
     try:
         grown = policy.cooldown_s * policy.cooldown_multiplier**reopens
@@ -204,7 +223,7 @@ def _trip_reason(
     current: BreakerState, stats: WindowStats | None, outcome: Outcome, policy: PolicyConfig
 ) -> str:
     if outcome.breaker_failure and current.consecutive_failures >= policy.consecutive_failures:
-        return "consecutive_failures"
+        return "stuck_calls" if outcome.error_class == STUCK else "consecutive_failures"
     if stats is None:
         return ""
     if stats.calls >= policy.failure_min_calls:

@@ -7,29 +7,26 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import replace
-from decimal import Decimal
 from typing import Any
 
-from providers.adapters.errors import ERROR_TABLE, ErrorClass, ErrorRule, ProviderError
+from providers.adapters.errors import ErrorClass, ProviderError
 from providers.adapters.messages import Completion
 from providers.adapters.scrub import scrub, scrubbed_traceback
 from providers.adapters.stream import CompletionStream
 from providers.engine import breaker
-from providers.engine.breaker import Admission, BreakerState
+from providers.engine.breaker import STUCK, Admission, BreakerState
 from providers.engine.budgets import (
     answer_tokens_reserved,
     budget_gate,
-    hold_seconds,
-    usage,
 )
-from providers.engine.config import PolicyConfig, ProviderConfig
+from providers.engine.config import ProviderConfig
 from providers.engine.health import health_skip
-from providers.routing.answer_cache import cache_write
+from providers.routing.breaker_watch import note_latency
 from providers.routing.budget_holds import hold, later, release_later, reservation
-from providers.routing.ports import Ports
-from providers.routing.rate_limits import rate_increments, rate_recorded
+from providers.routing.settling import call_ended, settle
+from providers.routing.stuck import MovedOn, StuckGuard
 from providers.routing.walk import MIN_ATTEMPT_S, Attempt, AttemptResult, Ticket, Walk
-from providers.state.contract import Sample, SpendIncrement, Windows, spend_key
+from providers.state.contract import spend_key
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +50,7 @@ async def admit(walk: Walk, provider: ProviderConfig) -> Ticket | AttemptResult:
     if heard is None:
         state, spent = await store.read(name, spend_keys)
         ports.readings.note(name, state, spent, ports.clock.mono())
+        ports.stuck.heard(name, state)
     else:
         state, spent = heard
     unhealthy = health_gate(walk, state)
@@ -65,6 +63,7 @@ async def admit(walk: Walk, provider: ProviderConfig) -> Ticket | AttemptResult:
         if await store.transition(name, state.version, decision.transition):
             walk.events.extend(decision.events)
             state = decision.transition
+            ports.stuck.heard(name, state)
         else:  # another process moved the breaker first: decide again on what it did
             state, _ = await store.read(name)
             decision = breaker.admit(name, state, policy, now)
@@ -120,13 +119,6 @@ async def admit(walk: Walk, provider: ProviderConfig) -> Ticket | AttemptResult:
     )
 
 
-def call_ended(ports: Ports, ticket: Ticket) -> None:
-    """The call no longer waits on its provider: its in-flight place is free (once)."""
-    if ticket.waiting:
-        ticket.waiting = False
-        ports.in_flight.give(ticket.provider.name)
-
-
 def health_gate(walk: Walk, state: BreakerState) -> str:
     """The sentinel's say (read with the breaker): down → skipped, degraded → skipped by high
     priority. An operator's word outranks it: a breaker forced closed, or the kill switch
@@ -146,6 +138,9 @@ async def unless_cancelled(call: Any, cancel: asyncio.Event) -> Any:
     waiter = asyncio.ensure_future(cancel.wait())
     try:
         await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:  # the request, or a stuck call moved on: the call goes too
+        task.cancel()
+        raise
     finally:
         waiter.cancel()
     if task.done():
@@ -184,11 +179,28 @@ async def attempt(
             )
         else:
             call = adapter.complete(request, timeout=timeout)
-        value = await (call if cancel is None else unless_cancelled(call, cancel))
+        # Still waiting past its provider's usual time: counted stuck, and moved on if the
+        # breaker then gives up on the provider (`routing/stuck.py`).
+        stuck_s = ports.stuck.threshold(
+            name, "first_token" if walk.request.stream else "answer", walk.policy
+        )
+        async with StuckGuard(walk, ticket, stuck_s, timeout):
+            value = await (call if cancel is None else unless_cancelled(call, cancel))
         if isinstance(value, CompletionStream):
             stream = value
+            note_latency(ports, name, "first_token", ports.clock.mono() - ticket.started)
+            # After the first token, a pause longer than the provider's usual longest is a stall.
+            stream.limit_pause(ports.stuck.threshold(name, "gap", walk.policy))
         else:
             completion = value
+    except MovedOn:
+        if ticket.release is not None:
+            release_later(ports, ticket.release)
+        latency_ms = round((ports.clock.mono() - ticket.started) * 1000)
+        detail = f"no answer after {stuck_s:.1f} s; moved on when its breaker opened"
+        return AttemptResult(
+            Attempt(name, "cancelled", STUCK, latency_ms, detail=detail, model=provider.model)
+        )
     except Cancelled:
         if ticket.was_probe:  # it will never report: its slot goes to the next call
             await ports.store.release_probe(name, ticket.state.version)
@@ -230,147 +242,3 @@ async def attempt(
         return AttemptResult(attempt, stream=stream, ticket=ticket)
     attempt, cost = await settle(walk, ticket, completion, error, latency_s, cache=True)
     return AttemptResult(attempt, completion, error=error, cost=cost)
-
-
-async def settle(
-    walk: Walk,
-    ticket: Ticket,
-    completion: Completion | None,
-    error: ProviderError | None,
-    latency_s: float,
-    *,
-    cache: bool,
-) -> tuple[Attempt, Decimal]:
-    """Count a finished call: breaker, statistics, spend and (for a good answer) the cache, in
-    one store round trip; then move the breaker if the call says so."""
-    policy, ports = walk.policy, walk.ports
-    call_ended(ports, ticket)
-    store, provider = ports.store, ticket.provider
-    name = provider.name
-    rule = ERROR_TABLE[error.error_class] if error is not None else None
-    outcome = breaker_outcome(error, rule, latency_s)
-    cost = Decimal("0")
-    spend: tuple[SpendIncrement, ...] = ()
-    if completion is not None:  # what was used, even of an answer that broke off
-        cost = provider.cost(completion.tokens_in, completion.tokens_out)
-        tokens = completion.tokens_in + completion.tokens_out
-        spend = tuple(
-            SpendIncrement(key, amount, ttl)
-            for key, ttl, amount in (
-                (*ticket.keys[b.id], usage(b, cost, tokens)) for b in ticket.budgets
-            )
-            if amount > 0
-        )
-    rate_spend, rate_read = rate_increments(
-        walk.request.rate,
-        completion.tokens_in + completion.tokens_out if completion is not None else 0,
-    )
-    now = ports.clock.wall()
-    saved = None
-    if cache and error is None and completion is not None and walk.cache_key:
-        saved = cache_write(walk.cache_key, completion.text, name, now, walk.policy.cache_ttl_s)
-    state = ticket.state
-    standing = None
-    if ticket.holds and not walk.request.stream:
-        life_s = 2 * hold_seconds(
-            provider, provider.timeout_s, stream=False, grace_s=policy.request_deadline_s
-        )
-        standing = ports.readings.standing.offer(name, ticket.holds, life_s)
-    recorded = await store.record(
-        name,
-        Sample(
-            ok=error is None or (rule is not None and not rule.breaker_failure),
-            failure=outcome.breaker_failure,
-            # The error table says which failures also count as slow calls (a timeout does).
-            slow=breaker.is_slow(latency_s, policy) or (rule is not None and rule.slow_call),
-            over_p95=breaker.is_over_p95(latency_s, policy),
-            latency_ms=latency_s * 1000,
-        ),
-        now=now,
-        windows=windows(policy),
-        want_stats=breaker.needs_window(outcome, policy),
-        probe_version=state.version if ticket.was_probe else None,
-        spend=spend + rate_spend,
-        cache=saved,
-        read_spend=[*(key for key, _ in ticket.keys.values()), *rate_read],
-        release=ticket.release,
-        standing=standing,
-    )
-    if standing is not None and recorded.standing_taken:
-        ports.readings.standing.taken(name, standing, now)
-    current, stats = recorded.state, recorded.stats
-    ports.readings.note(name, current, recorded.spent, ports.clock.mono())
-    rate_recorded(ports, walk.request.rate)
-    walk.events.extend(
-        await breaker_move(
-            ports,
-            policy,
-            name,
-            current,
-            stats,
-            outcome,
-            now,
-            was_probe=ticket.was_probe and current.version == state.version,
-        )
-    )
-
-    latency_ms = round(latency_s * 1000)
-    if error is None:
-        return Attempt(name, "ok", latency_ms=latency_ms, model=provider.model, cost=cost), cost
-    attempt = Attempt(
-        name,
-        "error",
-        error.error_class.value,
-        latency_ms=latency_ms,
-        status=error.status,
-        detail=error.message[:200],
-        model=provider.model,
-        cost=cost,
-    )
-    return attempt, cost
-
-
-async def breaker_move(
-    ports: Ports,
-    policy: PolicyConfig,
-    name: str,
-    current: BreakerState,
-    stats: breaker.WindowStats | None,
-    outcome: breaker.Outcome,
-    now: float,
-    *,
-    was_probe: bool,
-) -> tuple[breaker.BreakerEvent, ...]:
-    """Move the breaker if a recorded call says so (`current` already counts it): by
-    version, so a process that moved it first wins. The events, if this one moved it."""
-    new_state, new_events = breaker.on_outcome(
-        name, current, stats, outcome, policy, now, was_probe=was_probe
-    )
-    if new_state is None:
-        return ()
-    ports.readings.forget(name)
-    if not await ports.store.transition(name, current.version, new_state):
-        return ()
-    for event in new_events:
-        logger.warning("breaker %s %s (%s)", event.provider, event.kind.value, event.reason or "-")
-    return new_events
-
-
-def breaker_outcome(
-    error: ProviderError | None, rule: ErrorRule | None, latency_s: float
-) -> breaker.Outcome:
-    if error is None or rule is None:
-        return breaker.Outcome(ok=True, latency_s=latency_s)
-    return breaker.Outcome(
-        ok=False,
-        latency_s=latency_s,
-        breaker_failure=rule.breaker_failure,
-        opens_breaker=rule.opens_breaker,
-        cool_down=rule.cool_down,
-        retry_after_s=error.retry_after_s,
-        error_class=error.error_class.value,
-    )
-
-
-def windows(policy: PolicyConfig) -> Windows:
-    return Windows(policy.bucket_s, policy.failure_window_s, policy.p95_window_s)

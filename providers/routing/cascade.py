@@ -24,9 +24,10 @@ from providers.adapters.stream import CompletionStream
 from providers.engine.breaker import BreakerEvent
 from providers.engine.config import ProviderConfig, Snapshot
 from providers.routing.answer_cache import CachedAnswer, answer_key, cache_read
-from providers.routing.attempts import settle
+from providers.routing.breaker_watch import note_latency
 from providers.routing.ports import Ports, Runtime
 from providers.routing.rate_limits import rate_abandon, rate_settle
+from providers.routing.settling import settle
 from providers.routing.strategies import hedged, in_turn, ordered
 from providers.routing.walk import Attempt, AttemptResult, Refused, RouteRequest, Ticket, Walk
 
@@ -176,6 +177,8 @@ async def finish_stream(
     # The breaker judges a stream by its time to first token: a long answer isn't a slow call.
     first_token_s = attempt.latency_ms / 1000
     settled, cost = await settle(walk, ticket, completion, error, first_token_s, cache=whole)
+    if whole and len(stream.parts) > 2:  # a stream of pauses: the next streams' stall limit
+        note_latency(walk.ports, ticket.provider.name, "gap", stream.longest_pause_s)
     attempt.outcome, attempt.error_class = settled.outcome, settled.error_class
     attempt.cost = settled.cost
     attempt.latency_ms, attempt.status, attempt.detail = (
@@ -211,7 +214,9 @@ def _reason_from(snapshot: Snapshot, attempts: list[Attempt]) -> str:
         if (
             primary is not None
             and attempt.provider == primary.name
-            and attempt.outcome not in ("ok", "cancelled")
+            and attempt.outcome != "ok"
+            # a hedge's loser has no error class; a stuck call moved on has (`stuck`)
+            and (attempt.outcome != "cancelled" or attempt.error_class)
         ):
             return f"primary_{attempt.error_class}"
     if any(a.outcome == "cancelled" for a in attempts):

@@ -14,6 +14,7 @@ from typing import Protocol
 from providers.adapters.pool import AdapterPool
 from providers.engine.clock import Clock
 from providers.engine.config import Snapshot
+from providers.routing.breaker_watch import StuckWatch
 from providers.routing.in_flight import InFlight
 from providers.routing.readings import Readings
 from providers.state.contract import StateStore
@@ -27,6 +28,8 @@ class Ports:
     # The last replies of the shared state, so a steady request makes one round trip.
     readings: Readings = field(default_factory=lambda: Readings(max_age_s=0))
     in_flight: InFlight = field(default_factory=InFlight)
+    # The breakers as last heard and the providers' latencies: what a stuck call listens to.
+    stuck: StuckWatch = field(default_factory=StuckWatch)
 
 
 class SnapshotSource(Protocol):

@@ -10,7 +10,8 @@ from collections.abc import Sequence
 
 from providers.adapters.errors import ERROR_TABLE
 from providers.engine.config import PolicyConfig, ProviderConfig
-from providers.routing.attempts import attempt, settle
+from providers.routing.attempts import attempt
+from providers.routing.settling import settle
 from providers.routing.walk import (
     MIN_ATTEMPT_S,
     Attempt,

@@ -99,6 +99,7 @@ class Ticket:
     release: HoldRelease | None = None
     holds: list[Hold] = field(default_factory=list)
     waiting: bool = True  # holds one of the provider's in-flight places, until `call_ended`
+    counted: bool = False  # counted as a failure while still in flight (`routing/stuck.py`)
 
 
 @dataclass(slots=True)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from providers.engine import breaker
 from providers.engine.breaker import Admission, BreakerEvent, Mode, State
 from providers.engine.config import PolicyConfig, ProviderConfig
-from providers.routing.attempts import breaker_move, windows
+from providers.routing.settling import breaker_move, windows
 from providers.sentinel.checks import check, wants_inference
 from providers.state.contract import Sample
 

@@ -36,6 +36,9 @@ class Sample:
     slow: bool
     over_p95: bool
     latency_ms: float
+    # False for a call already counted while it was still in flight (a stuck call that ends
+    # after all): its end adds its spend and drops its holds, but isn't a second call.
+    counted: bool = True
 
 
 @dataclass(frozen=True, slots=True)

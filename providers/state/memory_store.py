@@ -153,17 +153,20 @@ class MemoryStore(StateStore):
             )
             for old in [i for i in buckets if i <= keep_after]:
                 del buckets[old]
-        for field, counted in (
+        fields = (
             ("c", True),
             ("f", sample.failure),
             ("s", sample.slow),
             ("p", sample.over_p95),
             (histogram.bin_field(histogram.latency_bin(sample.latency_ms)), True),
-        ):
+        )
+        for field, counted in fields if sample.counted else ():
             if counted:
                 bucket[field] = bucket.get(field, 0) + 1
         current = self._states.get(name, BreakerState())
-        if sample.failure:
+        if not sample.counted:
+            pass  # counted while still in flight: neither a second failure nor a success
+        elif sample.failure:
             current = replace(current, consecutive_failures=current.consecutive_failures + 1)
         elif sample.ok:
             current = replace(current, consecutive_failures=0)

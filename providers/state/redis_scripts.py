@@ -64,15 +64,20 @@ if (redis.call('HGET', bk, 'e') or '0') ~= epoch then
   redis.call('DEL', bk)
   redis.call('HSET', bk, 'e', epoch)
 end
-redis.call('HINCRBY', bk, 'c', 1)
-if ARGV[1] == '1' then redis.call('HINCRBY', bk, 'f', 1) end
-if ARGV[3] == '1' then redis.call('HINCRBY', bk, 's', 1) end
-if ARGV[4] == '1' then redis.call('HINCRBY', bk, 'p', 1) end
-redis.call('HINCRBY', bk, ARGV[5], 1)
-redis.call('EXPIRE', bk, tonumber(ARGV[6]))
-if ARGV[1] == '1' then
+-- ARGV[5] (the latency's bin) is empty for a call already counted while still in flight
+local counted = ARGV[5] ~= ''
+if counted then
+  redis.call('HINCRBY', bk, 'c', 1)
+  if ARGV[1] == '1' then redis.call('HINCRBY', bk, 'f', 1) end
+  if ARGV[3] == '1' then redis.call('HINCRBY', bk, 's', 1) end
+  if ARGV[4] == '1' then redis.call('HINCRBY', bk, 'p', 1) end
+  redis.call('HINCRBY', bk, ARGV[5], 1)
+  redis.call('EXPIRE', bk, tonumber(ARGV[6]))
+end
+-- (not counted: neither a second failure nor a success that clears the stuck ones)
+if counted and ARGV[1] == '1' then
   redis.call('HINCRBY', b, 'consecutive_failures', 1)
-elseif ARGV[2] == '1' then
+elseif counted and ARGV[2] == '1' then
   redis.call('HSET', b, 'consecutive_failures', 0)
   local pv = tonumber(ARGV[7])
   if pv >= 0 then

@@ -133,7 +133,8 @@ class RedisStore(StateStore):
             int(sample.ok),
             int(sample.slow),
             int(sample.over_p95),
-            histogram.bin_field(histogram.latency_bin(sample.latency_ms)),
+            # No histogram field: a call already counted (`Sample.counted`), not counted again.
+            histogram.bin_field(histogram.latency_bin(sample.latency_ms)) if sample.counted else "",
             windows.bucket_s * (windows.buckets_in(longest) + 1),
             -1 if probe_version is None else probe_version,
             int(want_stats),

@@ -49,7 +49,7 @@ from providers.engine.breaker import (
 )
 from providers.engine.clock import Clock
 from providers.engine.config import PolicyConfig, ProviderConfig, Snapshot
-from providers.routing import attempts
+from providers.routing import attempts, settling
 from providers.routing.ports import Ports
 from providers.routing.walk import AttemptResult, RouteRequest, Ticket, Walk
 from providers.state import redis_store as redis_store_module
@@ -329,7 +329,7 @@ class BreakerMachine(RuleBasedStateMachine):
             if ERROR_TABLE[error_class].cool_down:
                 self.waits.add(self.policy.cooldown_s if retry_after_s is None else retry_after_s)
         walk = self.walk()
-        return walk, attempts.settle(walk, ticket, None, error, latency_s, cache=False)
+        return walk, settling.settle(walk, ticket, None, error, latency_s, cache=False)
 
     def settle(self, ticket: Ticket, finish: Finish) -> None:
         before = self.read()

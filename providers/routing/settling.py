@@ -1,0 +1,178 @@
+"""A finished call counted: breaker, statistics, spend and the answer cache in one store round
+trip (`settle`), then the breaker moved if the call says so (`breaker_move`, by version)."""
+
+from __future__ import annotations
+
+import logging
+from decimal import Decimal
+
+from providers.adapters.errors import ERROR_TABLE, ErrorRule, ProviderError
+from providers.adapters.messages import Completion
+from providers.engine import breaker
+from providers.engine.breaker import BreakerState
+from providers.engine.budgets import hold_seconds, usage
+from providers.engine.config import PolicyConfig
+from providers.routing.answer_cache import cache_write
+from providers.routing.breaker_watch import note_latency
+from providers.routing.ports import Ports
+from providers.routing.rate_limits import rate_increments, rate_recorded
+from providers.routing.walk import Attempt, Ticket, Walk
+from providers.state.contract import Sample, SpendIncrement, Windows
+
+logger = logging.getLogger(__name__)
+
+
+def call_ended(ports: Ports, ticket: Ticket) -> None:
+    """The call no longer waits on its provider: its in-flight place is free (once)."""
+    if ticket.waiting:
+        ticket.waiting = False
+        ports.in_flight.give(ticket.provider.name)
+
+
+async def settle(
+    walk: Walk,
+    ticket: Ticket,
+    completion: Completion | None,
+    error: ProviderError | None,
+    latency_s: float,
+    *,
+    cache: bool,
+) -> tuple[Attempt, Decimal]:
+    """Count a finished call: breaker, statistics, spend and (for a good answer) the cache, in
+    one store round trip; then move the breaker if the call says so."""
+    policy, ports = walk.policy, walk.ports
+    call_ended(ports, ticket)
+    store, provider = ports.store, ticket.provider
+    name = provider.name
+    rule = ERROR_TABLE[error.error_class] if error is not None else None
+    outcome = breaker_outcome(error, rule, latency_s)
+    cost = Decimal("0")
+    spend: tuple[SpendIncrement, ...] = ()
+    if completion is not None:  # what was used, even of an answer that broke off
+        cost = provider.cost(completion.tokens_in, completion.tokens_out)
+        tokens = completion.tokens_in + completion.tokens_out
+        spend = tuple(
+            SpendIncrement(key, amount, ttl)
+            for key, ttl, amount in (
+                (*ticket.keys[b.id], usage(b, cost, tokens)) for b in ticket.budgets
+            )
+            if amount > 0
+        )
+    rate_spend, rate_read = rate_increments(
+        walk.request.rate,
+        completion.tokens_in + completion.tokens_out if completion is not None else 0,
+    )
+    now = ports.clock.wall()
+    saved = None
+    if cache and error is None and completion is not None and walk.cache_key:
+        saved = cache_write(walk.cache_key, completion.text, name, now, walk.policy.cache_ttl_s)
+    state = ticket.state
+    standing = None
+    if ticket.holds and not walk.request.stream:
+        life_s = 2 * hold_seconds(
+            provider, provider.timeout_s, stream=False, grace_s=policy.request_deadline_s
+        )
+        standing = ports.readings.standing.offer(name, ticket.holds, life_s)
+    recorded = await store.record(
+        name,
+        Sample(
+            ok=error is None or (rule is not None and not rule.breaker_failure),
+            failure=outcome.breaker_failure,
+            # The error table says which failures also count as slow calls (a timeout does).
+            slow=breaker.is_slow(latency_s, policy) or (rule is not None and rule.slow_call),
+            over_p95=breaker.is_over_p95(latency_s, policy),
+            latency_ms=latency_s * 1000,
+            counted=not ticket.counted,
+        ),
+        now=now,
+        windows=windows(policy),
+        want_stats=breaker.needs_window(outcome, policy),
+        probe_version=state.version if ticket.was_probe else None,
+        spend=spend + rate_spend,
+        cache=saved,
+        read_spend=[*(key for key, _ in ticket.keys.values()), *rate_read],
+        release=ticket.release,
+        standing=standing,
+    )
+    if standing is not None and recorded.standing_taken:
+        ports.readings.standing.taken(name, standing, now)
+    current, stats = recorded.state, recorded.stats
+    ports.readings.note(name, current, recorded.spent, ports.clock.mono())
+    ports.stuck.heard(name, current)
+    if error is None and not walk.request.stream:
+        note_latency(ports, name, "answer", latency_s)
+    rate_recorded(ports, walk.request.rate)
+    walk.events.extend(
+        await breaker_move(
+            ports,
+            policy,
+            name,
+            current,
+            stats,
+            outcome,
+            now,
+            was_probe=ticket.was_probe and current.version == state.version,
+        )
+    )
+
+    latency_ms = round(latency_s * 1000)
+    if error is None:
+        return Attempt(name, "ok", latency_ms=latency_ms, model=provider.model, cost=cost), cost
+    attempt = Attempt(
+        name,
+        "error",
+        error.error_class.value,
+        latency_ms=latency_ms,
+        status=error.status,
+        detail=error.message[:200],
+        model=provider.model,
+        cost=cost,
+    )
+    return attempt, cost
+
+
+async def breaker_move(
+    ports: Ports,
+    policy: PolicyConfig,
+    name: str,
+    current: BreakerState,
+    stats: breaker.WindowStats | None,
+    outcome: breaker.Outcome,
+    now: float,
+    *,
+    was_probe: bool,
+) -> tuple[breaker.BreakerEvent, ...]:
+    """Move the breaker if a recorded call says so (`current` already counts it): by
+    version, so a process that moved it first wins. The events, if this one moved it."""
+    new_state, new_events = breaker.on_outcome(
+        name, current, stats, outcome, policy, now, was_probe=was_probe
+    )
+    if new_state is None:
+        return ()
+    ports.readings.forget(name)
+    if not await ports.store.transition(name, current.version, new_state):
+        return ()
+    ports.stuck.heard(name, new_state)
+    for event in new_events:
+        logger.warning("breaker %s %s (%s)", event.provider, event.kind.value, event.reason or "-")
+    return new_events
+
+
+def breaker_outcome(
+    error: ProviderError | None, rule: ErrorRule | None, latency_s: float
+) -> breaker.Outcome:
+    if error is None or rule is None:
+        return breaker.Outcome(ok=True, latency_s=latency_s)
+    return breaker.Outcome(
+        ok=False,
+        latency_s=latency_s,
+        breaker_failure=rule.breaker_failure,
+        opens_breaker=rule.opens_breaker,
+        cool_down=rule.cool_down,
+        retry_after_s=error.retry_after_s,
+        error_class=error.error_class.value,
+    )
+
+
+def windows(policy: PolicyConfig) -> Windows:
+    return Windows(policy.bucket_s, policy.failure_window_s, policy.p95_window_s)

@@ -1,0 +1,192 @@
+"""Stuck calls: a call still waiting past its provider's usual time counts against the breaker at
+once, and once the breaker gives up on the provider the calls waiting on it are cancelled and
+moved on to the next one (`providers/routing/stuck.py`)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from providers.engine import breaker
+from providers.engine.breaker import BreakerState, Mode, State, WindowStats
+from providers.engine.config import PolicyConfig
+from providers.routing.breaker_watch import MIN_SAMPLES, Latencies, gave_up
+from providers.routing.stuck import POLL_S
+from tests.providers.conftest import ask, ledger_rows, update_policy
+
+POLICY = PolicyConfig()
+
+
+class TestTheThreshold:
+    pytestmark = pytest.mark.backend_free
+
+    def test_it_follows_the_providers_own_latency_within_the_floor_and_the_cap(self):
+        assert breaker.stuck_after(None, POLICY) == POLICY.stuck_cap_s == 10.0  # no history
+        assert breaker.stuck_after(0.012, POLICY) == POLICY.stuck_floor_s == 1.0  # milliseconds
+        assert breaker.stuck_after(0.9, POLICY) == pytest.approx(2.7)  # 3 × its p99
+        # A self-hosted model that normally takes 4–8 s: only past the cap, never at 8 s.
+        assert breaker.stuck_after(8.0, POLICY) == 10.0
+        tuned = PolicyConfig(stuck_multiplier=2, stuck_floor_s=0.5, stuck_cap_s=30)
+        assert breaker.stuck_after(8.0, tuned) == 16.0
+        assert breaker.stuck_after(0.1, tuned) == 0.5
+
+    def test_the_p99_waits_for_enough_answers_then_tracks_the_recent_ones(self):
+        latencies = Latencies()
+        for _ in range(MIN_SAMPLES - 1):
+            latencies.note("answer:ollama", 0.01)
+        assert latencies.p99("answer:ollama") is None  # too few to judge by
+        latencies.note("answer:ollama", 0.01)
+        assert latencies.p99("answer:ollama") == 0.01
+        for _ in range(200):  # a slower model now: the ring forgets the fast answers
+            latencies.note("answer:ollama", 6.0)
+        assert latencies.p99("answer:ollama") == 6.0
+        assert latencies.p99("first_token:ollama") is None  # each measure apart
+
+    def test_a_breaker_gives_up_when_it_opens_or_an_operator_disables_it(self):
+        closed = BreakerState(version=4)
+        assert not gave_up(closed, closed)
+        assert gave_up(closed, BreakerState(state=State.OPEN, version=5))
+        assert gave_up(closed, BreakerState(state=State.HALF_OPEN, version=6))
+        assert gave_up(closed, BreakerState(mode=Mode.DISABLED, version=5))
+        assert not gave_up(closed, BreakerState(mode=Mode.FORCED_CLOSED, version=5))
+        probing = BreakerState(state=State.HALF_OPEN, version=6)
+        assert not gave_up(probing, probing)  # still the round that admitted this probe
+
+
+class TestTheBreakerCountsStuckCalls:
+    """The stuck-call rule as pure breaker code with a moved clock."""
+
+    pytestmark = pytest.mark.backend_free
+
+    def test_three_stuck_calls_open_it_as_three_failures_would(self):
+        now, state = 1000.0, BreakerState()
+        for count in (1, 2, 3):
+            state = BreakerState(version=state.version, consecutive_failures=count)
+            moved, events = breaker.on_outcome(
+                "ollama", state, WindowStats(), breaker.stuck_outcome(1.0), POLICY, now,
+                was_probe=False,
+            )  # fmt: skip
+            now += 0.02
+        assert moved is not None and moved.state == State.OPEN
+        assert moved.reason == "stuck_calls" and moved.open_until == pytest.approx(now - 0.02 + 60)
+        assert [e.kind for e in events] == [breaker.EventKind.OPENED]
+
+    def test_a_stuck_probe_reopens_with_the_next_backoff(self):
+        half_open = BreakerState(state=State.HALF_OPEN, version=8, reopens=1)
+        moved, _ = breaker.on_outcome(
+            "ollama", half_open, None, breaker.stuck_outcome(1.0), POLICY, 500.0, was_probe=True
+        )
+        assert moved is not None and moved.state == State.OPEN
+        assert (moved.reason, moved.open_until) == ("probe_failed", 500.0 + 120)
+
+
+async def _warm(api, times: int = MIN_SAMPLES + 2) -> None:
+    """Answers in milliseconds, so the primary's threshold is the floor."""
+    for _ in range(times):
+        response = await ask(api, cache=False)
+        assert response.json()["provider"] == "ollama-local"
+
+
+async def _timed(api) -> tuple[float, dict]:
+    started = time.monotonic()
+    response = await ask(api, cache=False)
+    assert response.status_code == 200
+    return time.monotonic() - started, response.json()
+
+
+@pytest.mark.parametrize("strategy", ["priority", "hedged"])
+async def test_a_black_holed_primary_opens_and_its_waiting_requests_move_on(
+    api, gateway, primary, secondary, strategy
+):
+    # Hedged: a hedge only after 5 s, so it is the stuck rule that moves the requests on.
+    await update_policy(stuck_floor_s=0.4, strategy=strategy, hedge_after_ms=5000)
+    await _warm(api)
+    primary.set_fault(mode="hang")  # accepts, never answers: the timeout is 15 s
+    answers = await asyncio.gather(*(_timed(api) for _ in range(6)))
+    # Each waited about the floor (and one store poll at most), never the 15 s timeout.
+    assert all(body["provider"] == "openai-cloud" for _, body in answers)
+    assert max(seconds for seconds, _ in answers) < 0.4 + POLL_S + 1.0
+    state, _ = await gateway.store.read("ollama-local")
+    assert (state.state, state.reason) == (State.OPEN, "stuck_calls")
+    records = [r for r in await ledger_rows(gateway) if r.final_provider == "openai-cloud"]
+    assert len(records) == 6
+    for record in records:
+        first, second = record.attempts
+        assert first["provider"] == "ollama-local" and first["outcome"] == "cancelled"
+        assert first["error_class"] == "stuck" and first["latency_ms"] >= 400
+        assert "moved on when its breaker opened" in first["detail"]
+        assert (second["provider"], second["outcome"]) == ("openai-cloud", "ok")
+        assert record.reason == "primary_stuck"
+    assert gateway.in_flight.count("ollama-local") == 0
+    # The next request doesn't try it at all.
+    seconds, body = await _timed(api)
+    assert body["provider"] == "openai-cloud" and seconds < 0.4
+
+
+async def test_a_slow_answer_counted_stuck_is_not_counted_again_when_it_comes(
+    api, gateway, primary, clock
+):
+    await update_policy(stuck_floor_s=0.2, slow_call_s=30, p95_latency_s=30)
+    await _warm(api)
+    primary.set_fault(mode="slow", delay_ms=600)
+    seconds, body = await _timed(api)
+    assert body["provider"] == "ollama-local" and seconds >= 0.6  # one stuck call: still served
+    state, _ = await gateway.store.read("ollama-local")
+    assert state.state == State.CLOSED
+    # Counted once, as the failure it was while it waited: not once more as a success.
+    assert state.consecutive_failures == 1
+    stats = await gateway.store.summary("ollama-local", _windows(), clock.wall())
+    assert (stats.calls, stats.failures) == (MIN_SAMPLES + 2 + 1, 1)
+    [record] = [r for r in await ledger_rows(gateway) if r.attempts[0].get("latency_ms", 0) >= 600]
+    assert record.attempts[0]["outcome"] == "ok"
+
+
+async def test_a_breaker_opened_by_another_process_moves_a_stuck_call_on(
+    api, gateway, primary, secondary
+):
+    await update_policy(stuck_floor_s=0.3, consecutive_failures=5)
+    await _warm(api)
+    primary.set_fault(mode="hang")
+    waiting = asyncio.ensure_future(_timed(api))
+    await asyncio.sleep(0.5)  # stuck (one failure of five): still waiting
+    assert not waiting.done()
+    # Another process opens the breaker: this one hears it at its next poll of the store.
+    state, _ = await gateway.store.read("ollama-local")
+    opened = BreakerState(state=State.OPEN, version=state.version + 1, open_until=time.time() + 60)
+    assert await gateway.store.transition("ollama-local", state.version, opened)
+    seconds, body = await asyncio.wait_for(waiting, 2 * POLL_S + 0.5)
+    assert body["provider"] == "openai-cloud" and seconds < 0.5 + 2 * POLL_S + 0.3
+
+
+def _windows():
+    from providers.routing.settling import windows
+
+    return windows(PolicyConfig())
+
+
+async def _stream(api) -> str:
+    response = await api.post(
+        "/v1/chat/completions",
+        json={"model": "auto", "stream": True, "messages": [{"role": "user", "content": "Hi"}]},
+    )
+    assert response.status_code == 200
+    return response.text
+
+
+async def test_a_stream_that_stalls_past_its_providers_usual_pause_breaks_as_a_timeout(
+    api, gateway, primary
+):
+    await update_policy(stuck_floor_s=0.3)
+    for _ in range(MIN_SAMPLES):  # pieces milliseconds apart: the pause allowed is the floor
+        assert "[DONE]" in await _stream(api)
+    primary.set_fault(chunk_delay_ms=700)  # 15 s would be the provider's timeout
+    started = time.monotonic()
+    text = await _stream(api)
+    assert '"code": "stream_interrupted"' in text and "[DONE]" not in text
+    assert time.monotonic() - started < 0.7 + 0.3 + 0.5  # the first piece, then one pause
+    [record] = [r for r in await ledger_rows(gateway) if r.outcome == "failed"]
+    [attempt] = record.attempts
+    assert (attempt["outcome"], attempt["error_class"]) == ("error", "timeout")
+    assert "no text for 0.30 s mid-answer" in attempt["detail"]
