@@ -98,8 +98,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--primary-refused",
         action="store_true",
-        help="Put a refusing self-hosted primary (a closed port) before the fake provider: the "
-        "gateway's throughput with its primary down, its breaker open, served by the next.",
+        help="Put a refusing self-hosted primary (a closed port) before this tree's fake "
+        "provider: its throughput with its primary down and its breaker open, served by the "
+        "next (against a healthy --baseline, a worktree of the same commit, for the ratio).",
     )
     parser.add_argument("--no-pin", action="store_true", help="Don't pin processes to CPUs.")
     parser.add_argument("--json", metavar="PATH", help="Write the results as JSON here.")

@@ -225,7 +225,7 @@ class Bench:
                 f"Provider.objects.update_or_create(name={REFUSING_NAME!r}, defaults=dict("
                 f"kind='ollama', base_url='http://127.0.0.1:{free_port()}', model={MODEL!r}, "
                 "is_local=True, priority=5, enabled=True)); "
-                if self.args.primary_refused
+                if self.args.primary_refused and not variant.label
                 else ""
             )
             + "print('providers:', list(Provider.objects.filter(enabled=True)"
@@ -348,7 +348,9 @@ class Bench:
             answer = json.loads(body)
         except ValueError:
             answer = {}
-        expected = "secondary" if self.args.primary_refused else "primary"
+        # With --primary-refused this tree's primary refuses (the baseline's doesn't).
+        refused = self.args.primary_refused and "@baseline" not in target
+        expected = "secondary" if refused else "primary"
         if status != 200 or answer.get("tier") != expected:
             raise BenchError(
                 f"{target} {when}: expected 200 with tier {expected!r}, got {status}: "
