@@ -7,10 +7,13 @@ at the same provider can be admitted on that reply instead of reading again: a p
 that succeeds on its first provider makes one round trip to Redis for its bookkeeping.
 
 What is kept here is trusted only while it is young (`max_age_s`) and only for a closed breaker
-(automatic or forced closed): an open, half-open or forced-open breaker is always read afresh,
-so cooldowns, probe slots and overrides keep their exact cross-process semantics. The price is
-bounded: another process's move of a closed breaker (an opening, an operator's override) is
-seen within `max_age_s`, or at once by the first call whose reply shows it. With an in-process
+(automatic or forced closed) or an open one: a half-open or forced-open breaker is always read
+afresh, so probe slots and overrides keep their exact cross-process semantics. An open breaker
+whose cooldown has ended is moved to half-open by its version, which fails on a stale reading
+(and reads again), so trusting it costs no probe; it saves a provider that is down a round trip
+per request passing it by. The price is bounded: another process's move of a closed or open
+breaker (an opening, a close, an operator's override) is seen within `max_age_s`, or at once by
+the first call whose reply shows it. With an in-process
 store there is no round trip to save, and `max_age_s` is 0.
 
 The rate windows' counters are heard the same way (`providers.routing.rate_limits`), with the
@@ -45,7 +48,7 @@ class Readings:
         if heard is None or now - heard[1] > self.max_age_s:
             return None
         state = heard[0]
-        if state.state != State.CLOSED or state.mode == Mode.DISABLED:
+        if state.state == State.HALF_OPEN or state.mode == Mode.DISABLED:
             return None
         spent: dict[str, float] = {}
         for key in spend_keys:

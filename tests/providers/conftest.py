@@ -124,14 +124,16 @@ async def ask(api: httpx.AsyncClient, prompt: str = "Say hello.", **fields) -> h
     return await api.post("/api/v1/complete", json={"prompt": prompt, **fields})
 
 
-async def round_trips_of_steady_requests(api: httpx.AsyncClient, monkeypatch, times: int = 5):
+async def round_trips_of_steady_requests(
+    api: httpx.AsyncClient, monkeypatch, times: int = 5, tier: str = "primary"
+):
     """How many Redis exchanges each of `times` plain requests made itself (after two that warm
     the readings up), counted where redis-py sends a command; the background poller and the
     ledger run in tasks of their own and are not counted."""
     import redis.asyncio.connection as connection
 
     for _ in range(2):  # the first request reads the breaker; later ones ride on the replies
-        assert (await ask(api)).json()["tier"] == "primary"
+        assert (await ask(api)).json()["tier"] == tier
     request_task = asyncio.current_task()
     sent: list[object] = []
     original = connection.AbstractConnection.send_packed_command
@@ -146,7 +148,7 @@ async def round_trips_of_steady_requests(api: httpx.AsyncClient, monkeypatch, ti
     try:
         for _ in range(times):
             sent.clear()
-            assert (await ask(api)).json()["tier"] == "primary"
+            assert (await ask(api)).json()["tier"] == tier
             counts.append(len(sent))
     finally:
         monkeypatch.undo()

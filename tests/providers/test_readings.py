@@ -35,17 +35,21 @@ def test_a_spend_key_never_heard_of_is_read_afresh():
 
 @pytest.mark.parametrize(
     "state",
-    [
-        BreakerState(state=State.OPEN),
-        BreakerState(state=State.HALF_OPEN),
-        BreakerState(mode=Mode.DISABLED),
-    ],
-    ids=["open", "half-open", "forced-open"],
+    [BreakerState(state=State.HALF_OPEN), BreakerState(mode=Mode.DISABLED)],
+    ids=["half-open", "forced-open"],
 )
-def test_a_breaker_that_is_not_plainly_closed_is_always_read_afresh(state):
+def test_a_half_open_or_forced_open_breaker_is_always_read_afresh(state):
     readings = Readings(max_age_s=0.5)
     readings.note("ollama", state, {}, now=10.0)
     assert readings.lookup("ollama", [], now=10.0) is None
+
+
+def test_an_open_breaker_is_trusted_while_young_so_a_provider_down_costs_no_round_trip():
+    readings = Readings(max_age_s=0.5)
+    opened = BreakerState(state=State.OPEN, version=3, open_until=1_000_060.0)
+    readings.note("ollama", opened, {}, now=10.0)
+    assert readings.lookup("ollama", [], now=10.4) == (opened, {})
+    assert readings.lookup("ollama", [], now=10.6) is None
 
 
 def test_a_forgotten_breaker_and_a_cleared_memory_are_read_afresh():

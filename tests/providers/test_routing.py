@@ -577,3 +577,17 @@ async def test_a_plain_request_that_succeeds_first_time_makes_one_redis_round_tr
     api, gateway, primary, monkeypatch
 ):
     assert await round_trips_of_steady_requests(api, monkeypatch) == [1] * 5
+
+
+@pytest.mark.services
+async def test_with_the_primary_down_its_open_breaker_costs_a_request_no_round_trip(
+    api, gateway, primary, secondary, monkeypatch
+):
+    primary.set_fault(mode="error", status=503)
+    for _ in range(3):  # three failures open it
+        await ask(api, cache=False)
+    state, _ = await gateway.store.read("ollama-local")
+    assert state.state == State.OPEN
+    # Passing the open breaker by rides on what was last heard of it: the secondary's record.
+    counts = await round_trips_of_steady_requests(api, monkeypatch, tier="secondary")
+    assert counts == [1] * 5
