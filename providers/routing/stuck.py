@@ -75,20 +75,22 @@ class StuckGuard:
             return
         if self._timer is not None:
             self._timer.cancel()
-        if self._counting is not None:
-            self.walk.ports.stuck.unlisten(self.ticket.provider.name, self._move_on)
-            if self._polling is not None:
-                self._polling.cancel()
-            # The call ends while its stuck count is on its way: let it land, so the call is
-            # counted exactly once (by it) and its breaker events are the request's.
-            await asyncio.shield(self._counting)
         timeout, self._timeout = self._timeout, None
         try:
-            await timeout.__aexit__(kind, exc, traceback)
-        except TimeoutError:
-            if self._moved:
-                raise MovedOn from None
-            raise
+            if self._counting is not None:
+                self.walk.ports.stuck.unlisten(self.ticket.provider.name, self._move_on)
+                if self._polling is not None:
+                    self._polling.cancel()
+                # The call ends while its stuck count is on its way: let it land, so the call
+                # is counted exactly once (by it) and its breaker events are the request's.
+                await asyncio.shield(self._counting)
+        finally:
+            try:
+                await timeout.__aexit__(kind, exc, traceback)
+            except TimeoutError:
+                if self._moved:
+                    raise MovedOn from None
+                raise
 
     def _on_stuck(self) -> None:
         self._timer = None
