@@ -10,6 +10,11 @@ receives, and fails on demand.
         ...
         receiver.messages[0]["text"], receiver.messages[0].path, receiver.messages[0].headers
 
+A Telegram message sent with `parse_mode: "HTML"` is parsed as Telegram parses it: a tag it
+doesn't know, one left open, or a `<`, `>` or `&` that isn't escaped is answered 400 "can't parse
+entities", a text over 4096 characters once parsed 400 "message is too long";
+`received.rendered` is the text as the chat shows it.
+
 Routes: POST /bot<token>/sendMessage (Telegram), POST /slack/... (Slack), POST /hook/...
 (webhook). Modes (`MODES`): ok, unauthorized (Telegram 401, Slack 403 invalid_token, webhook
 401), error (500), rate_limit (429 with Retry-After, and Telegram's parameters.retry_after),
@@ -47,6 +52,50 @@ HANG_CAP_SECONDS = 60.0
 TELEGRAM_PATH = re.compile(r"/bot(?P<token>[^/]+)/(?P<method>[A-Za-z]+)")
 
 
+# The tags of Telegram's HTML style that take no attribute, and the named entities it knows.
+TELEGRAM_TAGS = frozenset(
+    {"b", "strong", "i", "em", "u", "ins", "s", "strike", "del", "code", "pre", "blockquote"}
+)
+_ENTITIES = {"lt": "<", "gt": ">", "amp": "&", "quot": '"'}
+_MARKUP = re.compile(r"<(/?)([A-Za-z-]*)>|&(#\d{1,7}|#x[0-9A-Fa-f]{1,6}|[A-Za-z]+);|[<>&]")
+TELEGRAM_MAX_TEXT = 4096
+
+
+def telegram_rendered(text: str, parse_mode: str | None) -> tuple[str, str]:
+    """The text a chat shows for a message, and Telegram's complaint ("" when it parses)."""
+    if parse_mode != "HTML":
+        return text, ""
+    shown: list[str] = []
+    open_tags: list[str] = []
+    at = 0
+    for match in _MARKUP.finditer(text):
+        shown.append(text[at : match.start()])
+        at = match.end()
+        closing, tag, entity = match.group(1), match.group(2), match.group(3)
+        if tag is not None:
+            tag = tag.lower()
+            if tag not in TELEGRAM_TAGS:
+                return "", f'Unsupported start tag "{tag}" at byte offset {match.start()}'
+            if not closing:
+                open_tags.append(tag)
+            elif not open_tags or open_tags.pop() != tag:
+                return "", f'Unmatched end tag at byte offset {match.start()}, expected "</{tag}>"'
+        elif entity is not None:
+            if entity.startswith("#"):
+                code = int(entity[2:], 16) if entity[1:2] in "xX" else int(entity[1:])
+                shown.append(chr(code) if 0 < code < 0x110000 else "")
+            elif entity in _ENTITIES:
+                shown.append(_ENTITIES[entity])
+            else:
+                return "", f'Unsupported entity "{entity}" at byte offset {match.start()}'
+        else:
+            return "", f'Unexpected "{match.group(0)}" at byte offset {match.start()}'
+    if open_tags:
+        return "", f'Can\'t find end tag corresponding to start tag "{open_tags[-1]}"'
+    shown.append(text[at:])
+    return "".join(shown), ""
+
+
 @dataclass(frozen=True)
 class Received:
     """One request as it arrived, and the status it was answered with (None: hung)."""
@@ -68,6 +117,12 @@ class Received:
     def text(self) -> str:
         """What a human would read: Telegram's and Slack's "text"."""
         return self.json.get("text", "") if isinstance(self.json, dict) else ""
+
+    @property
+    def rendered(self) -> str:
+        """A Telegram message as the chat shows it: its HTML parsed (the text, otherwise)."""
+        parse_mode = self.json.get("parse_mode") if isinstance(self.json, dict) else None
+        return telegram_rendered(self.text, parse_mode)[0]
 
 
 @dataclass
@@ -217,6 +272,14 @@ class FakeReceiverApp:
             return error(400, "Bad Request: message text is empty")
         if payload.get("chat_id") in (None, ""):
             return error(400, "Bad Request: chat_id is empty")
+        parse_mode = payload.get("parse_mode")
+        if parse_mode not in (None, "", "HTML", "MarkdownV2", "Markdown"):
+            return error(400, f"Bad Request: unsupported parse_mode {parse_mode!r}")
+        shown, problem = telegram_rendered(str(payload["text"]), parse_mode)
+        if problem:
+            return error(400, f"Bad Request: can't parse entities: {problem}")
+        if len(shown.encode("utf-16-le")) // 2 > TELEGRAM_MAX_TEXT:
+            return error(400, "Bad Request: message is too long")
         result = {
             "message_id": next(self._message_ids),
             "date": int(time.time()),

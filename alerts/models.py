@@ -94,6 +94,7 @@ class EventKind(models.TextChoices):
     CLOUD_SHARE = "cloud_share", "Cloud share above target"
     SENTINEL_DOWN = "sentinel_down", "Sentinel down"
     LEDGER_REJECTED = "ledger_rejected", "Ledger records refused"
+    HEALTH = "health", "Provider health (the sentinel's verdict)"
     TEST = "test", "Test alert"
 
 

@@ -20,6 +20,7 @@ import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
@@ -30,7 +31,9 @@ from django.db.models import Count, Sum
 from django.utils import timezone
 
 from alerts import dispatch
+from alerts.estimate import Outage
 from alerts.models import AlertEvent
+from alerts.outlook import recovery_outlook, runbook_lines
 from billing.models import Budget, CallRecord
 from billing.reports import ANSWERED
 from billing.selectors import cloud_q
@@ -181,6 +184,9 @@ def failover_check(incident_id: int) -> AlertEvent | None:
             else ("No provider is left.", False)
         )
     where, provider_serves = serving
+    runbook = runbook_lines(incident.provider)
+    if runbook:
+        data["runbook"] = runbook
     return alert_raise(
         kind="failover",
         severity="warning" if provider_serves else "critical",
@@ -300,14 +306,22 @@ def sentinel_down(since: str, allowed_s: float) -> AlertEvent:
     )
 
 
-def static_tier_active(reason: str) -> AlertEvent:
+def static_tier_active(
+    reason: str, outages: Sequence[Outage] = (), *, now: float | None = None
+) -> AlertEvent:
+    """The tertiary fallback serves: with when the first of the providers out (their breakers'
+    next probes, `outages`) should be back, and how that was estimated."""
+    outlook = recovery_outlook(outages, now=time.time() if now is None else now)
     return alert_raise(
         kind="static_tier",
         severity="critical",
         key="static_tier",
-        title="No provider is answering: static answers only",
-        message=f"Requests are answered from the static tier or the apology ({reason}).",
-        data={"reason": reason},
+        title=f"Tertiary fallback active. {outlook.headline}",
+        message=(
+            "No provider is answering: static answers only. Requests are answered from the "
+            f"static tier or the apology ({reason}).\n{outlook.sentence}"
+        ),
+        data={"reason": reason, **outlook.data},
     )
 
 

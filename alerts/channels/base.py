@@ -152,11 +152,28 @@ def env_secret(name: str, what: str) -> str:
     return value
 
 
+def runbook_of(event: AlertEvent) -> list[str]:
+    """The provider's runbook lines the alert quotes (`data["runbook"]`), if any."""
+    data = event.data if isinstance(event.data, dict) else {}
+    lines = data.get("runbook")
+    return [str(line) for line in lines] if isinstance(lines, list) else []
+
+
+def event_body(event: AlertEvent) -> str:
+    """The plain-text alert's body: the message, then the runbook's lines."""
+    text = event.message
+    runbook = runbook_of(event)
+    if runbook:
+        text += "\n\nRunbook:\n" + "\n".join(f"  {line}" for line in runbook)
+    return text.strip()
+
+
 def event_text(event: AlertEvent) -> str:
-    """The plain-text alert: severity and title on the first line, the message below."""
+    """The plain-text alert: severity and title on the first line, the body below."""
     text = f"[{event.severity.upper()}] {event.title}"
-    if event.message:
-        text += f"\n\n{event.message}"
+    body = event_body(event)
+    if body:
+        text += f"\n\n{body}"
     if len(text) > MAX_TEXT:
         text = text[: MAX_TEXT - 1] + "…"
     return text

@@ -12,7 +12,7 @@ from django.core.exceptions import ValidationError
 from django.core.mail import send_mail
 from django.core.validators import validate_email
 
-from alerts.channels.base import Channel, ConfigErrors, TransportError
+from alerts.channels.base import Channel, ConfigErrors, TransportError, event_body
 
 if TYPE_CHECKING:
     from alerts.models import AlertEvent
@@ -61,7 +61,7 @@ class EmailChannel(Channel):
         try:
             sent = send_mail(
                 subject,
-                f"{event.title}\n\n{event.message}".strip(),
+                f"{event.title}\n\n{event_body(event)}".strip(),
                 None,  # DEFAULT_FROM_EMAIL
                 self.config["to"],
                 fail_silently=False,

@@ -1,4 +1,7 @@
-"""Telegram: the Bot API's `sendMessage`, to one chat.
+"""Telegram: the Bot API's `sendMessage`, to one chat, in its HTML parse mode.
+
+Every value is escaped (`&`, `<`, `>`); the only tags are the ones built here: `<b>` for the
+title, `<pre>` for the runbook's lines. A message is kept within Telegram's 4096 characters.
 
 config: {"bot_token_env": "TELEGRAM_BOT_TOKEN", "chat_id": -1001234567890,
          "api_base_url": "https://api.telegram.org"}
@@ -6,17 +9,23 @@ config: {"bot_token_env": "TELEGRAM_BOT_TOKEN", "chat_id": -1001234567890,
 
 from __future__ import annotations
 
+import html
 import os
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from alerts.channels.base import ConfigErrors, HttpChannel, TransportError, env_secret, event_text
+from alerts.channels.base import ConfigErrors, HttpChannel, TransportError, env_secret, runbook_of
 
 if TYPE_CHECKING:
     from alerts.models import AlertEvent
 
 DEFAULT_API_BASE_URL = "https://api.telegram.org"
+# Telegram's limit on a message's text, in UTF-16 code units once its entities are parsed.
+# The HTML sent is kept within it, so the text it parses to (shorter) is too.
+MAX_MESSAGE = 4096
+# What a long message leaves for the runbook: its lines come last, and are what to do.
+RUNBOOK_ROOM = 1200
 # A numeric chat id (negative for groups and channels) or a public channel's @username.
 CHAT_ID = re.compile(r"-?\d{1,20}|@[A-Za-z][A-Za-z0-9_]{3,31}")
 
@@ -30,6 +39,44 @@ _HINTS = {
     403: "the bot was blocked by the user or removed from the chat",
     404: "the bot token is wrong",
 }
+
+
+def utf16_len(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
+
+
+def escaped_within(text: str, room: int) -> str:
+    """`text` escaped for Telegram's HTML, cut with "…" to fit in `room` code units: never
+    inside an entity, so what is sent always parses."""
+    escaped = html.escape(text, quote=False)
+    if utf16_len(escaped) <= room:
+        return escaped
+    pieces: list[str] = []
+    used, room = 0, room - 1  # the ellipsis
+    for char in text:
+        piece = html.escape(char, quote=False)
+        if used + utf16_len(piece) > room:
+            break
+        pieces.append(piece)
+        used += utf16_len(piece)
+    return "".join(pieces) + "…" if room >= 0 else ""
+
+
+def telegram_html(event: AlertEvent) -> str:
+    """The alert in Telegram's HTML: the title in bold, the message, the runbook's lines as a
+    preformatted block."""
+    text = "<b>" + escaped_within(f"[{event.severity.upper()}] {event.title}", 1000) + "</b>"
+    runbook = "\n".join(runbook_of(event))
+    opening, closing = "\n\n<b>Runbook</b>\n<pre>", "</pre>"
+    wrapper = utf16_len(opening + closing)
+    if event.message:
+        needed = wrapper + utf16_len(html.escape(runbook, quote=False)) if runbook else 0
+        room = MAX_MESSAGE - utf16_len(text) - 2 - min(needed, RUNBOOK_ROOM)
+        text += "\n\n" + escaped_within(event.message, room)
+    room = MAX_MESSAGE - utf16_len(text) - wrapper
+    if runbook and room > 1:
+        text += opening + escaped_within(runbook, room) + closing
+    return text
 
 
 @dataclass(frozen=True)
@@ -105,8 +152,10 @@ class TelegramChannel(HttpChannel):
             f"{self.config['api_base_url']}/bot{token}/sendMessage",
             json={
                 "chat_id": self.config["chat_id"],
-                "text": event_text(event),
-                "disable_web_page_preview": True,
+                "text": telegram_html(event),
+                "parse_mode": "HTML",
+                # Bot API 7.0's replacement for disable_web_page_preview.
+                "link_preview_options": {"is_disabled": True},
             },
         )
         try:

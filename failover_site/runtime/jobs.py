@@ -15,11 +15,12 @@ from typing import Any
 
 from alerts.delivery import deliver_event
 from alerts.raising import budget_crossed, cloud_share_check, failover_check, sentinel_down
+from alerts.verdicts import VerdictMove, verdict_moved
 from billing.retention import ledger_housekeeping
 from failover_site.runtime.background import run_db
 from failover_site.runtime.gateway import Gateway
 from failover_site.runtime.incidents import events_record
-from providers.sentinel.checks import sentinel_tick
+from providers.sentinel.checks import ProviderHealth, sentinel_tick
 from providers.sentinel.keepalive import keepalive_tick
 from providers.sentinel.recovery import probe_idle_breakers
 from providers.state.contract import spend_key
@@ -31,17 +32,45 @@ SENTINEL_MISSED_INTERVALS = 3
 _STARTED_AT = time.time()
 
 
+def verdict_move(found: ProviderHealth) -> VerdictMove:
+    """A sentinel result that moved a verdict, as the alerts take it."""
+    return VerdictMove(
+        provider=found.name,
+        status=found.state.status.value,
+        previous=found.previous.status.value,
+        previous_since=found.previous.since,
+        at=found.state.since,
+        window=found.state.window,
+        detail=found.state.detail,
+    )
+
+
+async def verdict_alert(found: ProviderHealth) -> None:
+    """Raise the alert of a verdict's move, written before the job goes on (a Celery task's
+    loop ends with it); a failure to raise it is logged, never the sentinel's."""
+    move = verdict_move(found)
+    if not (found.changed and move.worth_alerting):
+        return
+    try:
+        await run_db(verdict_moved, move)
+    except Exception:
+        logger.exception("the verdict alert of %s could not be raised", found.name)
+
+
 async def sentinel_job(gateway: Gateway) -> object:
-    """The checks, then the probes of breakers no request came to probe (their recovery,
-    recorded before the job ends: a Celery task's loop ends with it)."""
+    """The checks and the alerts of the verdicts they moved, then the probes of breakers no
+    request came to probe (their recovery, recorded before the job ends: a Celery task's loop
+    ends with it)."""
     found = await sentinel_tick(gateway)
     if found is not None:
+        for health in found:
+            await verdict_alert(health)
         await events_record(await probe_idle_breakers(gateway))
     return found
 
 
 async def keepalive_job(gateway: Gateway) -> object:
-    return await keepalive_tick(gateway)
+    return await keepalive_tick(gateway, on_move=verdict_alert)
 
 
 async def watchdog_job(gateway: Gateway) -> None:

@@ -4,13 +4,15 @@ buffered or handed over: nothing here makes the request wait."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from django.utils import timezone
 
+from alerts.estimate import Outage
 from alerts.raising import credentials_rejected, request_throttle, static_tier_active
 from failover_site.metrics import note_call
 from failover_site.runtime.background import run_db
@@ -18,6 +20,7 @@ from failover_site.runtime.gateway import Gateway
 from failover_site.runtime.incidents import note_events
 from providers.adapters.errors import ERROR_TABLE
 from providers.aio import spawn
+from providers.engine.breaker import Mode, State
 from providers.routing.cascade import RouteRequest, RouteResult
 
 logger = logging.getLogger(__name__)
@@ -26,7 +29,7 @@ logger = logging.getLogger(__name__)
 _ALERTS = {kind.value: rule.alert for kind, rule in ERROR_TABLE.items() if rule.alert}
 
 
-def note_trouble(result: RouteResult) -> None:
+def note_trouble(result: RouteResult, gateway: Gateway | None = None) -> None:
     """Hand what an operator must hear about to the alerts, off the request's path and at most
     once per key every few seconds from this process."""
     if result.tier == "primary" and len(result.attempts) == 1:
@@ -36,7 +39,7 @@ def note_trouble(result: RouteResult) -> None:
         and not result.reason.startswith("kill_switch")
         and request_throttle.allow("static_tier")
     ):
-        spawn(_raise(static_tier_active, result.reason))
+        spawn(_static_tier(result, gateway))
     for attempt in result.attempts:
         if attempt.outcome != "error" or attempt.error_class not in _ALERTS:
             continue
@@ -45,11 +48,46 @@ def note_trouble(result: RouteResult) -> None:
             spawn(_raise(credentials_rejected, attempt.provider, attempt.detail))
 
 
-async def _raise(raiser: Callable[..., Any], *args: Any) -> None:
+async def _raise(raiser: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
     try:
-        await run_db(raiser, *args)
+        await run_db(raiser, *args, **kwargs)
     except Exception:
         logger.exception("an alert could not be raised")
+
+
+async def outages_of(gateway: Gateway, names: Iterable[str]) -> list[Outage]:
+    """The named providers whose breaker is out (open or half-open, in auto): when each one's
+    next probe may run, for the recovery estimate. Read in the background, never by the
+    request that saw the static tier."""
+    outages = []
+    for name in dict.fromkeys(names):
+        breaker, _ = await gateway.store.read(name)
+        if breaker.mode != Mode.AUTO or breaker.state == State.CLOSED:
+            continue  # an operator's override, or out for another reason: no probe to wait for
+        next_probe = breaker.open_until if breaker.state == State.OPEN else 0.0
+        outages.append(Outage(name, next_probe_at=next_probe, started_at=breaker.opened_at))
+    return outages
+
+
+# The static tier can answer before the failures behind it have opened a breaker (the first
+# of three in a row): they get this long to do so before the estimate is read. In the
+# background: no request waits for it.
+OUTAGE_SETTLE_S = 1.0
+
+
+async def _static_tier(result: RouteResult, gateway: Gateway | None) -> None:
+    outages: list[Outage] = []
+    if gateway is not None:
+        names = [attempt.provider for attempt in result.attempts]
+        try:
+            outages = await outages_of(gateway, names)
+            if not outages and any(a.outcome == "error" for a in result.attempts):
+                await asyncio.sleep(OUTAGE_SETTLE_S)
+                outages = await outages_of(gateway, names)
+        except Exception:  # the shared state unreachable: the alert goes out without it
+            logger.exception("the breakers could not be read for the recovery estimate")
+    now = gateway.clock.wall() if gateway is not None else None
+    await _raise(static_tier_active, result.reason, outages, now=now)
 
 
 def record_call(
@@ -60,7 +98,7 @@ def record_call(
     note_call(gateway, result)
     if result.events:
         note_events(result.events)
-    note_trouble(result)
+    note_trouble(result, gateway)
     prompt = routed.completion.prompt
     gateway.ledger.add(
         {

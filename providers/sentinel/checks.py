@@ -61,13 +61,14 @@ async def check(adapter: ProviderAdapter, *, timeout: float, inference: bool) ->
 
 @dataclass(frozen=True, slots=True)
 class ProviderHealth:
-    """What one run found for one provider: the check, the verdict it led to, and whether
-    this result moved the status."""
+    """What one run found for one provider: the check, the verdict it led to, whether this
+    result moved the status, and the verdict before it (read as the run began)."""
 
     name: str
     result: HealthResult
     state: HealthState
     changed: bool
+    previous: HealthState = HealthState()
 
 
 async def record_result(
@@ -90,7 +91,7 @@ async def record_result(
 
 
 async def _check_and_record(
-    runtime: Runtime, provider: ProviderConfig, policy: PolicyConfig
+    runtime: Runtime, provider: ProviderConfig, policy: PolicyConfig, previous: HealthState
 ) -> ProviderHealth:
     adapter = runtime.ports.adapters.get(provider)
     if adapter is None:
@@ -107,7 +108,7 @@ async def _check_and_record(
         )
     state, changed = await record_result(runtime, provider.name, result, policy)
     _log_check(provider.name, result, state, changed, policy)
-    return ProviderHealth(provider.name, result, state, changed)
+    return ProviderHealth(provider.name, result, state, changed, previous)
 
 
 def _log_check(
@@ -143,8 +144,13 @@ async def sentinel_run(runtime: Runtime) -> list[ProviderHealth]:
     """Check every enabled provider of the current snapshot at once and record the results;
     returns what was found, in priority order."""
     snapshot = await runtime.snapshots.current()
+    # The verdicts before this run, in one round trip: what a move is from, for its alert.
+    before = await runtime.ports.store.health_read([p.name for p in snapshot.providers])
     found = await asyncio.gather(
-        *(_check_and_record(runtime, p, snapshot.policy) for p in snapshot.providers)
+        *(
+            _check_and_record(runtime, p, snapshot.policy, before.get(p.name, HealthState()))
+            for p in snapshot.providers
+        )
     )
     await runtime.ports.store.sentinel_mark_run(runtime.ports.clock.wall())
     return list(found)

@@ -10,13 +10,14 @@ into the sentinel's window), not traffic: the breaker's counters never see it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from providers.adapters.errors import ProviderError
 from providers.adapters.messages import HEALTH_PROBE, HealthLevel, HealthResult
 from providers.engine.breaker import Mode, State
-from providers.engine.health import Health
-from providers.sentinel.checks import LOCK_SHARE, record_result
+from providers.engine.health import Health, HealthState
+from providers.sentinel.checks import LOCK_SHARE, ProviderHealth, record_result
 from providers.state.contract import Windows
 
 if TYPE_CHECKING:
@@ -27,10 +28,13 @@ logger = logging.getLogger(__name__)
 KEEPALIVE_LOCK = "keepalive"
 
 
-async def keepalive_tick(runtime: Runtime) -> str:
+async def keepalive_tick(
+    runtime: Runtime, on_move: Callable[[ProviderHealth], Awaitable[None]] | None = None
+) -> str:
     """Ping the secondary if the policy wants it, the primary is healthy, the secondary is idle
     and no process has pinged it in this interval. Returns what it did: "pinged", "pinged:
-    failed (<error class>)" or "skipped: <why>"."""
+    failed (<error class>)" or "skipped: <why>". A ping whose result moves the secondary's
+    verdict is handed to `on_move`, as the sentinel's moves are (their alerts)."""
     snapshot = await runtime.snapshots.current()
     policy = snapshot.policy
     if not policy.keepalive_enabled:
@@ -73,7 +77,10 @@ async def keepalive_tick(runtime: Runtime) -> str:
         error_class=None if error is None else error.error_class,
         level=HealthLevel.INFERENCE,
     )
+    before = (await store.health_read([secondary.name])).get(secondary.name, HealthState())
     health, changed = await record_result(runtime, secondary.name, result, policy)
+    if changed and on_move is not None:
+        await on_move(ProviderHealth(secondary.name, result, health, changed, before))
     if changed:
         bad = health.status in (Health.DEGRADED, Health.DOWN)
         (logger.warning if bad else logger.info)(

@@ -36,17 +36,18 @@ def send_error(channel, event) -> TransportError:
 
 
 class TestTelegram:
-    def test_it_sends_the_title_and_message_as_plain_text_to_the_chat(self, receiver):
+    def test_it_sends_the_title_in_bold_and_the_message_in_html_mode_to_the_chat(self, receiver):
         event = make_event()
         channel_for(telegram_channel(receiver)).send(event)
         [received] = receiver.messages
         assert received.path == f"/bot{TELEGRAM_TOKEN}/sendMessage"
         assert received["chat_id"] == -1001234567890
+        assert received["parse_mode"] == "HTML"
         assert received["text"] == (
-            "[CRITICAL] Failover: ollama-local is down\n\n"
+            "<b>[CRITICAL] Failover: ollama-local is down</b>\n\n"
             "Breaker opened after 3 timeouts; traffic moved to openai-cloud."
         )
-        assert received["disable_web_page_preview"] is True
+        assert received["link_preview_options"] == {"is_disabled": True}
         assert received.status == 200
 
     def test_a_401_is_permanent_and_the_token_stays_out_of_the_message(self, receiver):
