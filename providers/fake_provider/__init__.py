@@ -2,8 +2,9 @@
 at run time (the modes are listed in `config`).
 
 It serves the test suite, the benchmarks (a fast fixed-response upstream) and operators'
-failover drills (`manage.py fakeprovider`). Control it in-process through `FakeProvider`, or
-over HTTP: `POST /_control/fault`, `GET /_control/stats`, `POST /_control/reset`.
+failover drills (`manage.py fakeprovider`, `manage.py drill`). Control it in-process through
+`FakeProvider`, or over HTTP: `POST /_control/fault`, `GET /_control/stats`,
+`POST /_control/reset`, `POST /_control/refuse` (connections refused for a while).
 """
 
 from __future__ import annotations

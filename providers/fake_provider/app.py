@@ -8,8 +8,12 @@ half the body and closes the connection.
 
 A streamed answer sends its status and headers at once, then its chunks: under `stall` the
 first one comes delay_ms later (a slow time to first token, where `slow` delays the headers
-too), and `chunk_delay_ms` spaces each chunk from the one before. Both waits end early when the
-client goes away. A whole answer (or an error) under `stall` waits delay_ms, like `slow`.
+too), or the chunk after the first `after_chunks` (a pause mid-answer), and `chunk_delay_ms`
+spaces each chunk from the one before. Both waits end early when the client goes away. A whole
+answer (or an error) under `stall` waits delay_ms, like `slow`.
+
+`POST /_control/refuse` answers first (with `Connection: close`), then has the fake's server
+close its listener for `for_ms` (see `config`).
 """
 
 from __future__ import annotations
@@ -20,7 +24,14 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from providers.fake_provider import dialects, leaks
-from providers.fake_provider.config import HANG_CAP_SECONDS, ConfigError, FakeConfig, FakeState
+from providers.fake_provider.chat_request import chat_limit, parse_chat, wants_stream
+from providers.fake_provider.config import (
+    HANG_CAP_SECONDS,
+    ConfigError,
+    FakeConfig,
+    FakeState,
+    refuse_seconds,
+)
 from providers.fake_provider.dialects import ANTHROPIC, OLLAMA, OPENAI, Reply
 
 Scope = MutableMapping[str, Any]
@@ -85,30 +96,32 @@ class FakeProviderApp:
             return
         request: dict[str, Any] = {}
         if chat:
-            parsed = _parse_chat(dialect, body)
+            parsed = parse_chat(dialect, body)
             if isinstance(parsed, Reply):
                 await _deliver(parsed, send, echo)
                 return
             request = parsed
         mode = config.mode if chat or config.scope == "all" else "ok"
+        wait = self.state.wait_s(config) if mode in ("slow", "stall") else 0.0
         if mode != "ok":
-            handled = await _fault(dialect, mode, config, request, receive, send, echo)
+            handled = await _fault(dialect, mode, config, wait, request, receive, send, echo)
             if handled:
                 return
-        if rate_fail or (mode == "stream_error" and not _wants_stream(dialect, request)):
+        if rate_fail or (mode == "stream_error" and not wants_stream(dialect, request)):
             reply = dialects.error(dialect, "error", status=config.status)
         else:
             reply = _answer(dialect, endpoint, config, request)
         if mode == "malformed" and reply.status == 200:
             reply = _malformed(reply)
         elif mode == "stream_error" and reply.stream:
-            reply = leaks.broken_stream(dialect, reply, echo)
+            reply = leaks.broken_stream(dialect, reply, echo, after=config.after_chunks)
         elif mode == "cut_stream" and reply.status == 200:
-            await _cut(reply, config.delay_ms / 1000, receive, send)
+            await _cut(reply, config, receive, send)
             return
-        stall = config.delay_ms / 1000 if mode == "stall" else 0.0
+        stall = wait if mode == "stall" else 0.0
         if reply.stream:
-            await _stream(reply, stall, config.chunk_delay_ms / 1000, receive, send)
+            pace = config.chunk_delay_ms / 1000
+            await _stream(reply, stall, pace, receive, send, stall_at=config.after_chunks)
             return
         if stall and await disconnected_within(receive, stall):
             return
@@ -122,6 +135,9 @@ class FakeProviderApp:
         elif (method, path) == ("POST", "/_control/reset"):
             self.state.reset()
             reply = dialects.json_reply(200, self.state.stats())
+        elif (method, path) == ("POST", "/_control/refuse"):
+            await self._refuse(receive, send)
+            return
         elif (method, path) == ("POST", "/_control/fault"):
             try:
                 changes = json.loads(await read_body(receive) or b"{}")
@@ -139,6 +155,39 @@ class FakeProviderApp:
             reply = dialects.json_reply(404, {"error": "no such control endpoint"})
         await _deliver(reply, send)
 
+    async def _refuse(self, receive: Receive, send: Send) -> None:
+        """Answer, then have the server refuse connections for `for_ms`."""
+        try:
+            changes = json.loads(await read_body(receive) or b"{}")
+            if not isinstance(changes, dict):
+                raise ConfigError("body", "must be a JSON object")
+            unknown = set(changes) - {"for_ms"}
+            if unknown:
+                raise ConfigError(sorted(unknown)[0], "unknown field")
+            seconds = refuse_seconds(changes.get("for_ms"))
+        except ValueError as exc:
+            field = exc.field if isinstance(exc, ConfigError) else "body"
+            detail = exc.message if isinstance(exc, ConfigError) else "is not valid JSON"
+            await _deliver(
+                dialects.json_reply(400, {"error": f"{field}: {detail}", "field": field}), send
+            )
+            return
+        refuser = self.state.refuser
+        if refuser is None:
+            error = {"error": "refusing needs the fake provider's own server", "field": "server"}
+            await _deliver(dialects.json_reply(501, error), send)
+            return
+        # This connection is the one not dropped: it closes once the answer is sent.
+        keep = getattr(getattr(send, "__self__", None), "transport", None)
+        if not await refuser(seconds, keep):
+            error = {"error": "already refusing connections", "field": "for_ms"}
+            await _deliver(dialects.json_reply(409, error), send)
+            return
+        closing = ((b"connection", b"close"),)
+        await _deliver(
+            dialects.json_reply(200, {"refusing_for_ms": round(seconds * 1000)}, closing), send
+        )
+
 
 def _authorized(scope: Scope, dialect: str, api_key: str) -> bool:
     # OpenAI: Authorization: Bearer KEY; Anthropic: x-api-key: KEY.
@@ -151,57 +200,6 @@ def _authorized(scope: Scope, dialect: str, api_key: str) -> bool:
         if name == header:
             return bool(value == expected)
     return False
-
-
-def _parse_chat(dialect: str, body: bytes) -> dict[str, Any] | Reply:
-    """The chat request, or the 400 a real provider answers to it."""
-    try:
-        request = json.loads(body)
-    except ValueError:
-        return dialects.error(dialect, "bad_request", message="The request body is not valid JSON.")
-    if not isinstance(request, dict):
-        return dialects.error(dialect, "bad_request", message="The request body must be an object.")
-    if not isinstance(request.get("model"), str) or not request["model"]:
-        return dialects.error(dialect, "bad_request", message="model is required", param="model")
-    if not isinstance(request.get("messages"), list):
-        return dialects.error(
-            dialect, "bad_request", message="messages must be a list", param="messages"
-        )
-    if dialect == OPENAI:
-        for name in ("max_completion_tokens", "max_tokens"):
-            value = request.get(name)
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int) or value < 1
-            ):
-                return dialects.error(
-                    dialect, "bad_request", message=f"{name} must be at least 1", param=name
-                )
-    if dialect == ANTHROPIC:
-        value = request.get("max_tokens")
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            return dialects.error(
-                dialect, "bad_request", message="max_tokens: Field required", param="max_tokens"
-            )
-    return request
-
-
-def _limit(dialect: str, request: dict[str, Any]) -> int | None:
-    if dialect == ANTHROPIC:
-        return int(request["max_tokens"])
-    if dialect == OPENAI:
-        limit = request.get("max_completion_tokens") or request.get("max_tokens")
-        return limit if isinstance(limit, int) else None
-    options = request.get("options")
-    limit = options.get("num_predict") if isinstance(options, dict) else None
-    # Ollama: num_predict -1 (or any value below 1) means no limit.
-    if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
-        return limit
-    return None
-
-
-def _wants_stream(dialect: str, request: dict[str, Any]) -> bool:
-    # Ollama streams unless told not to; OpenAI and Anthropic only when asked.
-    return bool(request.get("stream", dialect == OLLAMA))
 
 
 def _answer(dialect: str, endpoint: str, config: FakeConfig, request: dict[str, Any]) -> Reply:
@@ -219,8 +217,8 @@ def _answer(dialect: str, endpoint: str, config: FakeConfig, request: dict[str, 
     if model not in config.models:
         return dialects.error(dialect, "model_not_found", model=model)
     prompt_tokens = dialects.count_words(request["messages"])
-    stream = _wants_stream(dialect, request)
-    limit = _limit(dialect, request)
+    stream = wants_stream(dialect, request)
+    limit = chat_limit(dialect, request)
     if dialect == OLLAMA:
         return dialects.ollama_chat(
             config, model=model, prompt_tokens=prompt_tokens, limit=limit, stream=stream
@@ -247,6 +245,7 @@ async def _fault(
     dialect: str,
     mode: str,
     config: FakeConfig,
+    wait: float,
     request: dict[str, Any],
     receive: Receive,
     send: Send,
@@ -260,7 +259,7 @@ async def _fault(
             await _deliver(reply, send, echo)
         return True
     if mode == "slow":
-        return await disconnected_within(receive, config.delay_ms / 1000)
+        return await disconnected_within(receive, wait)
     if mode in _ERROR_MODES:
         prompt_tokens = dialects.count_words(request.get("messages"))
         reply = dialects.error(
@@ -306,28 +305,45 @@ async def _deliver(reply: Reply, send: Send, echo: str = "") -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-async def _stream(reply: Reply, stall: float, pace: float, receive: Receive, send: Send) -> None:
-    """Send the status and headers at once, the first chunk `stall` seconds later and each next
-    one `pace` seconds after the one before; stop as soon as the client goes away."""
+async def _stream(
+    reply: Reply, stall: float, pace: float, receive: Receive, send: Send, *, stall_at: int = 0
+) -> None:
+    """Send the status and headers at once, each chunk `pace` seconds after the one before, and
+    chunk number `stall_at` (0: the first) `stall` seconds later still; stop as soon as the
+    client goes away."""
     headers = [(b"content-type", reply.content_type), *reply.headers]
     await send({"type": "http.response.start", "status": reply.status, "headers": headers})
     for index, chunk in enumerate(reply.chunks):
-        wait = pace if index else stall
+        wait = (pace if index else 0.0) + (stall if index == stall_at else 0.0)
         if wait and await disconnected_within(receive, wait):
             return
         await send({"type": "http.response.body", "body": chunk, "more_body": True})
     await send({"type": "http.response.body", "body": b""})
 
 
-async def _cut(reply: Reply, delay: float, receive: Receive, send: Send) -> None:
-    """Send the first chunk (or half the body), wait `delay`, then drop the connection."""
+async def _cut(reply: Reply, config: FakeConfig, receive: Receive, send: Send) -> None:
+    """Send the first chunk (or half the body; with cut_after_bytes, that many bytes of the body,
+    chunk by chunk as a stream would), wait delay_ms, then drop the connection."""
     headers = [(b"content-type", reply.content_type), *reply.headers]
-    first = reply.chunks[0]
+    body = b"".join(reply.chunks)
     if not reply.stream:
-        headers.append((b"content-length", str(len(first)).encode()))
-        first = first[: len(first) // 2]
+        headers.append((b"content-length", str(len(body)).encode()))
+    if config.cut_after_bytes:
+        pieces, left = [], config.cut_after_bytes
+        for chunk in reply.chunks:
+            if left <= 0:
+                break
+            pieces.append(chunk[:left])
+            left -= len(chunk)
+    else:
+        pieces = [reply.chunks[0] if reply.stream else body[: len(body) // 2]]
     await send({"type": "http.response.start", "status": reply.status, "headers": headers})
-    await send({"type": "http.response.body", "body": first, "more_body": True})
+    pace = config.chunk_delay_ms / 1000 if reply.stream else 0.0
+    for index, piece in enumerate(pieces):
+        if index and pace and await disconnected_within(receive, pace):
+            return
+        await send({"type": "http.response.body", "body": piece, "more_body": True})
+    delay = config.delay_ms / 1000
     if delay and await disconnected_within(receive, delay):
         return
     # ASGI has no "abort": reach the server's transport behind `send` (uvicorn's cycle has it).

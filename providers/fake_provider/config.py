@@ -7,17 +7,26 @@ The fault modes (`mode`), played on the chat endpoints, or on every endpoint whe
 
 - ok: answer normally.
 - hang: answer nothing until the client goes away (at most HANG_CAP_SECONDS, then a 504).
-- slow: wait delay_ms, then answer; nothing at all is sent before.
-- stall: a streamed answer sends its status and headers at once, then waits delay_ms before the
-  first chunk (time-to-first-token); an answer that is not streamed waits like slow.
+- slow: wait delay_ms (± jitter_ms), then answer; nothing at all is sent before.
+- stall: a streamed answer sends its status and headers at once, then waits delay_ms (± jitter_ms)
+  before the first chunk (time-to-first-token), or, with after_chunks K, sends its first K chunks
+  at once and then waits (a pause mid-answer); an answer that is not streamed waits like slow.
 - error, rate_limit, unauthorized, bad_request, context_too_long, overloaded: the error a real
   provider answers, in the dialect's shape (error with the configured status, rate_limit with
   retry_after as its Retry-After header).
 - malformed: a 200 whose body (or a stream's first chunk) is broken off mid-JSON.
 - cut_stream: the first chunk of a stream (or half of a whole body), delay_ms, then the
-  connection dropped.
-- stream_error: a stream's first text, then the dialect's error event (the stream breaks with
-  an error in its own words); an answer that is not streamed is an `error`.
+  connection dropped; with cut_after_bytes N, the first N bytes of the body instead.
+- stream_error: a stream's first text (with after_chunks K: its first K chunks), then the
+  dialect's error event (the stream breaks with an error in its own words); an answer that is not
+  streamed is an `error`.
+
+`jitter_ms` spreads slow's and stall's wait: each call draws it uniformly from delay_ms ±
+jitter_ms (never below 0), so "answers normally take 4-8 s" is delay_ms 6000, jitter_ms 2000.
+
+"Connection refused" is not a mode (a refused connection never reaches the app): POST
+/_control/refuse {"for_ms": N} closes the listening socket and drops every open connection at
+once, then listens on the same port again N ms later (`FakeProvider.refuse` in-process).
 
 `echo_key` makes every error (the modes above, a refused key, error_rate's failures) quote the
 credentials the request carried (its Authorization or x-api-key header) in its message, as a
@@ -29,9 +38,10 @@ and the next, so a stream can be made to last long enough to cut or cancel it mi
 
 from __future__ import annotations
 
+import random
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
 from typing import Any
@@ -56,6 +66,9 @@ DEFAULT_MODELS = ("llama3.1:8b", "gpt-4o-mini")
 DEFAULT_TEXT = "This is the fake provider's answer to your question."
 # The hang mode's cap: a client without a timeout still gets its connection back eventually.
 HANG_CAP_SECONDS = 300.0
+# Bounds of after_chunks and cut_after_bytes: far past any answer the fake gives.
+MAX_CHUNKS = 100_000
+MAX_BODY_BYTES = 10_000_000
 _PIECES = re.compile(r"\s*\S+")
 
 
@@ -73,6 +86,9 @@ class FakeConfig:
     mode: str = "ok"
     delay_ms: int = 0
     chunk_delay_ms: int = 0
+    jitter_ms: int = 0
+    after_chunks: int = 0
+    cut_after_bytes: int = 0
     status: int = 500
     retry_after: str | None = None
     error_rate: float = 0.0
@@ -127,6 +143,11 @@ def _int_between(low: int, high: int) -> Any:
     return check
 
 
+def refuse_seconds(value: Any) -> float:
+    """POST /_control/refuse's `for_ms`, checked like the fault fields, in seconds."""
+    return _int_between(1, int(HANG_CAP_SECONDS * 1000))("for_ms", value) / 1000
+
+
 def _rate(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
         raise ConfigError(name, "must be a number from 0 to 1")
@@ -173,6 +194,9 @@ _VALIDATORS = {
     "mode": _choice(MODES),
     "delay_ms": _int_between(0, int(HANG_CAP_SECONDS * 1000)),
     "chunk_delay_ms": _int_between(0, int(HANG_CAP_SECONDS * 1000)),
+    "jitter_ms": _int_between(0, int(HANG_CAP_SECONDS * 1000)),
+    "after_chunks": _int_between(0, MAX_CHUNKS),
+    "cut_after_bytes": _int_between(0, MAX_BODY_BYTES),
     "status": _int_between(400, 599),
     "retry_after": _header_value,
     "error_rate": _rate,
@@ -196,6 +220,17 @@ class FakeState:
         # error_rate without randomness: the share accumulates per call and a call fails each
         # time it reaches 1, so 0.25 fails exactly every 4th call.
         self._error_debt = 0.0
+        self._random = random.Random()
+        # Set by the fake's own server (`FakeProviderServer`): closes the listener for the
+        # given seconds, dropping every connection but the one passed.
+        self.refuser: Callable[[float, object], Awaitable[bool]] | None = None
+
+    def wait_s(self, config: FakeConfig) -> float:
+        """slow's and stall's wait for one call: delay_ms ± jitter_ms, in seconds."""
+        jitter = (
+            self._random.uniform(-config.jitter_ms, config.jitter_ms) if config.jitter_ms else 0
+        )
+        return max(0.0, config.delay_ms + jitter) / 1000
 
     def record(self, path: str, *, chat: bool) -> tuple[FakeConfig, bool]:
         """Count a call to `path`: the config it runs under, and whether error_rate fails it."""

@@ -47,9 +47,10 @@ def echoing(reply: Reply, credentials: str) -> Reply:
     return Reply(reply.status, reply.content_type, (dumps(body),), headers=reply.headers)
 
 
-def broken_stream(dialect: str, reply: Reply, credentials: str) -> Reply:
-    """A streamed answer cut after its first text by the dialect's error event, whose message
-    carries the request's credentials when they are given."""
+def broken_stream(dialect: str, reply: Reply, credentials: str, *, after: int = 0) -> Reply:
+    """A streamed answer cut after its first text (or its first `after` chunks) by the
+    dialect's error event, whose message carries the request's credentials when they are
+    given."""
     message = "The model crashed mid-answer."
     if credentials:
         message += f" (the request carried {credentials})"
@@ -62,6 +63,8 @@ def broken_stream(dialect: str, reply: Reply, credentials: str) -> Reply:
     else:
         error = {"error": {"message": message, "type": "server_error", "param": None, "code": None}}
         kept, tail = reply.chunks[:1], b"data: " + dumps(error) + b"\n\n"
+    if after:
+        kept = reply.chunks[:after]
     return Reply(
         200,
         reply.content_type,

@@ -1,11 +1,13 @@
 """`FakeProvider`: the fake provider served by uvicorn on a background thread, for the tests and
 the benchmarks. `start` returns once the port accepts connections; `stop` returns once it is
 closed, dropping any connection still open (a hanging call's client sees the connection reset).
-`start` after `stop` serves on the same port again.
+`start` after `stop` serves on the same port again. `refuse` closes the listener for a while
+and drops every connection (the client sees "connection refused", then the port serves again).
 """
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 from collections.abc import Iterable
@@ -51,6 +53,10 @@ class FakeProviderServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config) -> None:
         super().__init__(config)
         self.ready = threading.Event()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._address: tuple[str, int] | None = None
+        self._refusing = False
+        self._reopening: asyncio.Task[None] | None = None
 
     def run_until_stopped(self, sock: socket.socket) -> None:
         try:
@@ -61,17 +67,63 @@ class FakeProviderServer(uvicorn.Server):
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets=sockets)
+        self.loop = asyncio.get_running_loop()
+        if sockets:
+            self._address = sockets[0].getsockname()[:2]
+        state = getattr(self.config.app, "state", None)
+        if isinstance(state, FakeState):
+            state.refuser = self.refuse_for
         self.ready.set()
+
+    async def refuse_for(self, seconds: float, keep: object = None) -> bool:
+        """Close the listener and drop every connection but `keep` at once, then listen on the
+        same address again `seconds` later (unless the server stops first); False when it is
+        refusing already. Returns once the listener is closed."""
+        if self._refusing or self._address is None:
+            return False
+        self._refusing = True
+        for server in self.servers:
+            server.close()
+        self._drop_connections(keep)
+        # Kept: the loop holds only a weak reference to a task.
+        self._reopening = asyncio.get_running_loop().create_task(self._reopen_after(seconds))
+        return True
+
+    async def _reopen_after(self, seconds: float) -> None:
+        try:
+            deadline = asyncio.get_running_loop().time() + seconds
+            while not self.should_exit and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(min(0.05, seconds))
+            if self.should_exit or self._address is None:
+                return
+            sock = bind_socket(*self._address)
+            sock.listen(self.config.backlog)
+            server = await asyncio.get_running_loop().create_server(
+                self._protocol, sock=sock, backlog=self.config.backlog
+            )
+            self.servers = [server]
+        finally:
+            self._refusing = False
+
+    def _protocol(self) -> asyncio.Protocol:
+        # What uvicorn's own startup hands to create_server.
+        protocol: asyncio.Protocol = self.config.http_protocol_class(  # type: ignore[call-arg]
+            config=self.config, server_state=self.server_state, app_state=self.lifespan.state
+        )
+        return protocol
+
+    def _drop_connections(self, keep: object = None) -> None:
+        for connection in list(self.server_state.connections):
+            transport = getattr(connection, "transport", None)
+            if transport is not None and transport is not keep:
+                transport.abort()
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         # A provider that goes away drops its connections: without this, a hanging call would
         # hold the graceful shutdown until its client gave up.
         for server in self.servers:
             server.close()
-        for connection in list(self.server_state.connections):
-            transport = getattr(connection, "transport", None)
-            if transport is not None:
-                transport.abort()
+        self._drop_connections()
         await super().shutdown(sockets=sockets)
 
 
@@ -184,3 +236,12 @@ class FakeProvider(LoopbackServer):
 
     def reset(self) -> None:
         self.state.reset()
+
+    def refuse(self, seconds: float) -> bool:
+        """Refuse connections for `seconds` (as POST /_control/refuse does); returns once the
+        listener is closed; False when it is refusing already."""
+        server = self._server
+        if server is None or server.loop is None:
+            raise RuntimeError("the fake provider is not running")
+        future = asyncio.run_coroutine_threadsafe(server.refuse_for(seconds), server.loop)
+        return future.result(_TIMEOUT)

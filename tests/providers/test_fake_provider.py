@@ -599,6 +599,13 @@ class TestControl:
             ({"chunk_delay_ms": True}, "chunk_delay_ms"),
             ({"chunk_delay_ms": None}, "chunk_delay_ms"),
             ({"chunk_delay_ms": 10**9}, "chunk_delay_ms"),
+            ({"jitter_ms": -5}, "jitter_ms"),
+            ({"jitter_ms": 1.5}, "jitter_ms"),
+            ({"after_chunks": -1}, "after_chunks"),
+            ({"after_chunks": "2"}, "after_chunks"),
+            ({"cut_after_bytes": -1}, "cut_after_bytes"),
+            ({"cut_after_bytes": True}, "cut_after_bytes"),
+            ({"cut_after_bytes": 10**12}, "cut_after_bytes"),
             ({"status": 200}, "status"),
             ({"retry_after": 2}, "retry_after"),
             ({"error_rate": 1.5}, "error_rate"),
@@ -660,6 +667,9 @@ class TestControl:
                 "mode": "ok",
                 "delay_ms": 0,
                 "chunk_delay_ms": 0,
+                "jitter_ms": 0,
+                "after_chunks": 0,
+                "cut_after_bytes": 0,
                 "status": 500,
                 "retry_after": None,
                 "error_rate": 0.0,
@@ -669,6 +679,131 @@ class TestControl:
                 "api_key": "sk-test",
                 "echo_key": False,
             }
+
+
+class TestDrillFaults:
+    """What the drills play: a cut after N bytes, an error event after K chunks, a pause after K
+    chunks, slow answers with jitter, refused connections."""
+
+    @pytest.mark.parametrize("dialect", STREAMED)
+    def test_cut_after_bytes_drops_the_stream_after_that_many_bytes(self, fake, client, dialect):
+        fake.set_fault(mode="cut_stream", cut_after_bytes=150)
+        path, body = STREAMED[dialect]
+        received = b""
+        with pytest.raises(httpx.RemoteProtocolError), client.stream("POST", path, json=body) as r:
+            assert r.status_code == 200
+            for chunk in r.iter_raw():
+                received += chunk
+        assert len(received) == 150
+
+    def test_cut_after_bytes_cuts_a_whole_body_short_at_that_byte(self, fake, client):
+        fake.set_fault(mode="cut_stream", cut_after_bytes=40)
+        body = {"model": "llama3.1:8b", "messages": PROMPT, "stream": False}
+        received = b""
+        with (
+            pytest.raises(httpx.RemoteProtocolError),
+            client.stream("POST", "/api/chat", json=body) as response,
+        ):
+            for chunk in response.iter_raw():
+                received += chunk
+        assert len(received) == 40
+        assert int(response.headers["content-length"]) > 40
+
+    @pytest.mark.parametrize("dialect", ["ollama", "openai"])
+    def test_stream_error_after_chunks_sends_that_many_chunks_then_the_error(
+        self, fake, client, dialect
+    ):
+        fake.set_fault(mode="stream_error", after_chunks=3)
+        path, body = STREAMED[dialect]
+        chunks = stream_chunks(dialect, client.post(path, json=body).text)
+        assert len(chunks) == 4
+        texts = [json.loads(chunk.removeprefix("data: ")) for chunk in chunks[:3]]
+        assert all("error" not in text for text in texts)
+        assert "error" in json.loads(chunks[3].removeprefix("data: "))
+        assert "crashed mid-answer" in chunks[3]
+
+    def test_stream_error_after_chunks_on_anthropic_ends_with_its_error_event(self, fake, client):
+        fake.set_fault(mode="stream_error", after_chunks=5)
+        path, body = STREAMED["anthropic"]
+        events = anthropic_events(client.post(path, json=body).text)
+        assert [name for name, _ in events] == [
+            "message_start",
+            "content_block_start",
+            "ping",
+            "content_block_delta",
+            "content_block_delta",
+            "error",
+        ]
+        assert events[-1][1]["error"]["type"] == "api_error"
+
+    def test_stall_after_chunks_pauses_mid_answer_not_before_the_first_chunk(self, fake, client):
+        fake.set_fault(mode="stall", delay_ms=600, after_chunks=2, text="one two three four")
+        path, body = STREAMED["ollama"]
+        arrivals = []
+        started = time.monotonic()
+        with client.stream("POST", path, json=body) as response:
+            for line in response.iter_lines():
+                if line:
+                    arrivals.append(time.monotonic() - started)
+        assert len(arrivals) == 5  # four pieces and the final line
+        assert arrivals[1] < 0.4  # the first two chunks at once
+        assert arrivals[2] >= 0.6 and arrivals[2] - arrivals[1] > 0.5  # then the pause
+        assert arrivals[-1] - arrivals[2] < 0.4
+
+    def test_slow_with_jitter_spreads_the_waits_within_delay_plus_or_minus_jitter(
+        self, fake, client
+    ):
+        fake.set_fault(mode="slow", delay_ms=200, jitter_ms=150)
+        took = []
+        for _ in range(8):
+            started = time.monotonic()
+            assert ollama_chat(client).status_code == 200
+            took.append(time.monotonic() - started)
+        assert min(took) >= 0.05
+        assert max(took) < 0.35 + 0.2  # the upper bound, with room for a slow machine
+        assert max(took) - min(took) > 0.02  # spread, not one fixed wait
+
+    def test_jitter_never_makes_a_wait_negative(self, fake):
+        config = fake.set_fault(mode="slow", delay_ms=10, jitter_ms=1000)
+        assert config["jitter_ms"] == 1000
+        waits = [fake.state.wait_s(fake.config) for _ in range(200)]
+        assert min(waits) == 0.0 and max(waits) <= 1.01
+
+    def test_refuse_refuses_connections_then_serves_again_on_the_same_port(self, client):
+        with FakeProvider(models=["llama3.1:8b"]) as fake, httpx.Client(timeout=2) as pooled:
+            assert pooled.get(f"{fake.url}/api/tags").status_code == 200  # a kept-alive one
+            response = httpx.post(f"{fake.url}/_control/refuse", json={"for_ms": 700})
+            assert response.status_code == 200
+            assert response.json() == {"refusing_for_ms": 700}
+            with pytest.raises(httpx.ConnectError):
+                httpx.get(f"{fake.url}/api/tags", timeout=1)
+            with pytest.raises(httpx.TransportError):
+                pooled.get(f"{fake.url}/api/tags")  # its kept-alive connection was dropped
+            deadline = time.monotonic() + 5
+            while True:
+                try:
+                    assert httpx.get(f"{fake.url}/api/tags", timeout=1).status_code == 200
+                    break
+                except httpx.ConnectError:
+                    assert time.monotonic() < deadline
+                    time.sleep(0.05)
+
+    def test_refuse_in_process_and_a_second_refuse_while_refusing_is_refused(self):
+        with FakeProvider() as fake:
+            assert fake.refuse(0.5) is True
+            assert fake.refuse(0.5) is False
+            with pytest.raises(httpx.ConnectError):
+                httpx.get(f"{fake.url}/api/tags", timeout=1)
+
+    @pytest.mark.parametrize(
+        ("payload", "field"),
+        [({}, "for_ms"), ({"for_ms": 0}, "for_ms"), ({"for_ms": "5"}, "for_ms"), ({"x": 1}, "x")],
+    )
+    def test_refuse_checks_for_ms_like_the_fault_fields(self, client, payload, field):
+        response = client.post("/_control/refuse", json=payload)
+        assert response.status_code == 400
+        assert response.json()["field"] == field
+        assert client.get("/api/tags").status_code == 200
 
 
 class TestHandle:
@@ -715,7 +850,8 @@ def test_the_management_command_serves_it_without_a_database(tmp_path, closed_po
     env.update(ENV_FILE="", DATA_DIR=str(tmp_path), PYTHONUNBUFFERED="1")
     command = [sys.executable, "manage.py", "fakeprovider", "--port", str(closed_port)]
     command += ["--model", "phi3", "--api-key", "sk-drill", "--mode", "rate_limit"]
-    command += ["--retry-after", "7"]
+    command += ["--retry-after", "7", "--jitter-ms", "15", "--after-chunks", "2"]
+    command += ["--cut-after-bytes", "99"]
     process = subprocess.Popen(
         command,
         cwd=ROOT,
@@ -740,6 +876,9 @@ def test_the_management_command_serves_it_without_a_database(tmp_path, closed_po
         body = {"model": "phi3", "messages": PROMPT}
         chat = httpx.post(f"{url}/v1/chat/completions", json=body, headers=headers)
         assert (chat.status_code, chat.headers["retry-after"]) == (429, "7")
+        config = httpx.get(f"{url}/_control/fault").json()
+        drill = (config["jitter_ms"], config["after_chunks"], config["cut_after_bytes"])
+        assert drill == (15, 2, 99)
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         output = process.communicate(timeout=10)[0].decode()

@@ -3,7 +3,8 @@
     python manage.py fakeprovider --port 11434 --model llama3.1:8b --mode slow --delay-ms 3000
 
 Faults can be changed while it runs: POST /_control/fault, GET /_control/stats,
-POST /_control/reset (back to the options given here). Needs no database.
+POST /_control/reset (back to the options given here), POST /_control/refuse {"for_ms": N}
+(connections refused for N ms). Needs no database.
 """
 
 from __future__ import annotations
@@ -53,6 +54,18 @@ class Command(BaseCommand):
             type=int,
             help="For slow and cut_stream; for stall, the wait before a stream's first chunk.",
         )
+        parser.add_argument(
+            "--jitter-ms", type=int, help="For slow and stall: each wait is delay ± this."
+        )
+        parser.add_argument("--chunk-delay-ms", type=int, help="The wait between stream chunks.")
+        parser.add_argument(
+            "--after-chunks",
+            type=int,
+            help="For stall and stream_error: the pause or the error after this many chunks.",
+        )
+        parser.add_argument(
+            "--cut-after-bytes", type=int, help="For cut_stream: drop after this many body bytes."
+        )
         parser.add_argument("--status", type=int, help="For error (default 500).")
         parser.add_argument("--retry-after", help="For rate_limit: the Retry-After header.")
         parser.add_argument("--error-rate", type=float, help="Share of chat calls failing, 0..1.")
@@ -60,7 +73,8 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, host: str, port: int, **options: Any) -> None:
         fields = (
-            *("models", "api_key", "text", "mode", "delay_ms"),
+            *("models", "api_key", "text", "mode", "delay_ms", "jitter_ms", "chunk_delay_ms"),
+            *("after_chunks", "cut_after_bytes"),
             *("status", "retry_after", "error_rate", "scope"),
         )
         changes = {name: options[name] for name in fields if options.get(name) is not None}

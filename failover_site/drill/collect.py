@@ -1,0 +1,100 @@
+"""What the drill reads from the gateway's database once the load is over: the ledger rows of
+its requests (waiting, within a bound, for the serving processes to flush them; why each tier
+served them and how each provider's attempts ended) and the alerts raised since the run
+started. Runs in the drill's process against a running gateway's database,
+or inside the embedded gateway's environment (`manage.py shell -c`, `main`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from alerts.models import AlertEvent
+from billing.models import CallRecord
+from providers.engine.clients import PREFIX_LENGTH
+from providers.models import ClientApp
+
+# Ids per query: well under SQLite's limit on a statement's variables.
+_BATCH = 500
+POLL_S = 0.25
+
+
+def collect(
+    *, request_ids: Sequence[str], key: str, since: datetime, expected: int, wait_s: float
+) -> dict[str, Any]:
+    """The ledger's count of the requests (by id) and of the key's client since `since`,
+    polled until both reach `expected` or `wait_s` has passed; and the alerts since `since`."""
+    ids = [value for value in (_uuid(raw) for raw in request_ids) if value is not None]
+    app = ClientApp.objects.filter(key_prefix=key[:PREFIX_LENGTH]).first()
+    started = time.monotonic()
+    while True:
+        matched = sum(
+            CallRecord.objects.filter(request_id__in=ids[i : i + _BATCH]).count()
+            for i in range(0, len(ids), _BATCH)
+        )
+        client_rows = (
+            CallRecord.objects.filter(client=app.name, created_at__gte=since).count()
+            if app is not None
+            else None
+        )
+        waited = time.monotonic() - started
+        settled = matched >= len(ids) and (client_rows is None or client_rows >= expected)
+        if settled or waited >= wait_s:
+            break
+        time.sleep(POLL_S)
+    reasons: Counter[str] = Counter()
+    attempts: Counter[str] = Counter()
+    for i in range(0, len(ids), _BATCH):
+        rows = CallRecord.objects.filter(request_id__in=ids[i : i + _BATCH])
+        for tier, reason, tried in rows.values_list("tier", "reason", "attempts"):
+            reasons[f"{tier}: {reason}" if reason else tier] += 1
+            for attempt in tried or []:
+                how = attempt.get("error_class") or attempt.get("outcome") or "?"
+                attempts[f"{attempt.get('provider', '?')}: {how}"] += 1
+    alerts = [
+        {
+            "at": round((event.created_at - since).total_seconds(), 1),
+            "kind": event.kind,
+            "severity": event.severity,
+            "key": event.key,
+            "title": event.title,
+            "status": event.status,
+        }
+        for event in AlertEvent.objects.filter(created_at__gte=since).order_by("created_at", "id")
+    ]
+    return {
+        "matched": matched,
+        "client_rows": client_rows,
+        "waited_s": round(waited, 2),
+        "ids_missing": len(request_ids) - len(ids),
+        "reasons": dict(reasons.most_common()),
+        "attempts": dict(attempts.most_common()),
+        "alerts": alerts,
+    }
+
+
+def _uuid(raw: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(raw)
+    except ValueError:
+        return None
+
+
+def main(spec_path: str, out_path: str) -> None:
+    """`manage.py shell -c` entry: the spec's JSON in, the collected JSON out."""
+    spec = json.loads(Path(spec_path).read_text())
+    found = collect(
+        request_ids=spec["request_ids"],
+        key=spec["key"],
+        since=datetime.fromisoformat(spec["since"]),
+        expected=spec["expected"],
+        wait_s=spec["wait_s"],
+    )
+    Path(out_path).write_text(json.dumps(found))

@@ -1,0 +1,315 @@
+"""The drill's report: pure arithmetic over the collected samples, and its text.
+
+Times are seconds from the start of the run. "Served by the next tier" is read from when
+answers *came back*, not when requests were sent: a request sent just after the fault that
+waits out a 15 s timeout and is then answered by the secondary says traffic moved on after
+15 s, not at once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from failover_site.drill.load import Reading, Sample
+from failover_site.drill.scenarios import Expect
+
+SLOW_WAIT_S = 2.0
+NEXT_TIER_SHARE = 0.99
+# The share is read over what came back from then until the fault cleared: at least this many
+# answers, so a lone late answer doesn't count as traffic having moved.
+NEXT_TIER_MIN_ANSWERS = 5
+OPEN_STATES = ("open",)
+CHART_WIDTH = 40
+TIER_MARKS = {"primary": "P", "secondary": "S", "cache": "C", "static": "T", "degraded": "D"}
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """What the ledger held for the run: rows matched by the requests' ids, the rows of the
+    drill's client since the start (None when not read), how long the wait for them took."""
+
+    matched: int
+    client_rows: int | None
+    waited_s: float
+    ids_missing: int = 0  # requests that came back without a request id to match
+    # The matched rows by "tier: reason", and their attempts by "provider: outcome".
+    reasons: dict[str, int] = field(default_factory=dict)
+    attempts: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Inputs:
+    samples: Sequence[Sample]
+    readings: Sequence[Reading]
+    faulted_provider: str | None  # whose breaker is watched (None: no provider is faulted)
+    faulted_tier: str | None  # whose return is the recovery ("primary"), None: none
+    next_tiers: tuple[str, ...] | None
+    fault_at: float | None
+    clear_at: float | None  # when the (last) fault cleared; None: it lasted to the end
+    ledger: Ledger | None
+    alerts: Sequence[dict[str, Any]] = ()
+    skipped: int = 0
+    expect: Expect = field(default_factory=Expect)
+    # A flapping fault's first clear: the move to the next tier is read within its first "down".
+    first_clear_at: float | None = None
+
+
+@dataclass(frozen=True)
+class Report:
+    requests: int
+    skipped: int
+    client_errors: int
+    broken_streams: int
+    errors_by_kind: dict[str, int]
+    tiers: dict[str, int]
+    per_second: list[dict[str, int]]
+    fault_at: float | None
+    clear_at: float | None
+    fault_to_open_s: float | None
+    breaker_opened: bool
+    fault_to_next_tier_s: float | None
+    waits_over_2s: int
+    answered_within_2s_pct: float
+    p95_s: float
+    slowest: dict[str, Any] | None
+    recovery_s: float | None
+    breaker_closed_after_clear_s: float | None
+    alerts: list[dict[str, Any]]
+    ledger: dict[str, Any] | None
+    ledger_ok: bool | None
+    violations: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def build(inputs: Inputs) -> Report:
+    samples = list(inputs.samples)
+    errors = [s for s in samples if not s.ok]
+    broken = [s for s in errors if s.broken_stream and s.status == 200]
+    opened_at = _first_state_at(inputs, after=inputs.fault_at, states=OPEN_STATES)
+    closed_at = _first_state_at(inputs, after=inputs.clear_at, states=("closed",))
+    ledger_ok = None
+    if inputs.ledger is not None:
+        ledger_ok = inputs.ledger.matched == len(samples) and inputs.ledger.client_rows in (
+            None,
+            len(samples),
+        )
+    within = sum(s.ok and s.latency_s <= SLOW_WAIT_S for s in samples)
+    report = Report(
+        requests=len(samples),
+        skipped=inputs.skipped,
+        client_errors=len(errors),
+        broken_streams=len(broken),
+        errors_by_kind=dict(Counter(_error_kind(s) for s in errors)),
+        tiers=dict(Counter(s.tier or "error" for s in samples if s.ok)),
+        per_second=per_second(samples),
+        fault_at=inputs.fault_at,
+        clear_at=inputs.clear_at,
+        fault_to_open_s=_since(opened_at, inputs.fault_at),
+        breaker_opened=opened_at is not None,
+        fault_to_next_tier_s=fault_to_next_tier(inputs),
+        waits_over_2s=sum(s.latency_s > SLOW_WAIT_S for s in samples),
+        answered_within_2s_pct=round(100 * within / len(samples), 1) if samples else 0.0,
+        p95_s=round(percentile([s.latency_s for s in samples], 95), 3),
+        slowest=_slowest(samples),
+        recovery_s=recovery(inputs),
+        breaker_closed_after_clear_s=_since(closed_at, inputs.clear_at),
+        alerts=list(inputs.alerts),
+        ledger=asdict(inputs.ledger) if inputs.ledger is not None else None,
+        ledger_ok=ledger_ok,
+        violations=[],
+    )
+    report.violations.extend(violations(report, inputs))
+    return report
+
+
+def per_second(samples: Sequence[Sample]) -> list[dict[str, int]]:
+    """Per second of the run (by when each request was sent): how many each tier served, and
+    the client errors."""
+    if not samples:
+        return []
+    seconds = [Counter[str]() for _ in range(int(max(s.sent_at for s in samples)) + 1)]
+    for sample in samples:
+        seconds[int(sample.sent_at)][sample.tier if sample.ok else "error"] += 1
+    return [dict(counter) for counter in seconds]
+
+
+def fault_to_next_tier(inputs: Inputs) -> float | None:
+    """From the fault to the first answer after which, until the fault (first) cleared, at
+    least 99 % of the answers came from the next tier (None: never, or no next tier is
+    meant)."""
+    if inputs.next_tiers is None or inputs.fault_at is None:
+        return None
+    clear = inputs.first_clear_at if inputs.first_clear_at is not None else inputs.clear_at
+    end = math.inf if clear is None else clear
+    window = sorted(
+        (s for s in inputs.samples if inputs.fault_at <= s.done_at < end),
+        key=lambda s: s.done_at,
+    )
+    on_next = [s.ok and s.tier in inputs.next_tiers for s in window]
+    # Walk back from the end: the earliest start whose suffix is at least 99 % on the next tier.
+    found: float | None = None
+    good = 0
+    for index in range(len(window) - 1, -1, -1):
+        good += on_next[index]
+        count = len(window) - index
+        if count >= NEXT_TIER_MIN_ANSWERS and good >= NEXT_TIER_SHARE * count:
+            found = window[index].done_at
+    return _since(found, inputs.fault_at)
+
+
+def recovery(inputs: Inputs) -> float | None:
+    """From the fault clearing to the first answer from the faulted tier of a request sent
+    after it (None: not within the run, or nothing cleared)."""
+    if inputs.clear_at is None or inputs.faulted_tier is None:
+        return None
+    back = [
+        s.done_at
+        for s in inputs.samples
+        if s.ok and s.tier == inputs.faulted_tier and s.sent_at >= inputs.clear_at
+    ]
+    return _since(min(back), inputs.clear_at) if back else None
+
+
+def percentile(values: Sequence[float], pct: float) -> float:
+    """The nearest-rank percentile (0 for no values)."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    rank = max(1, math.ceil(pct / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def violations(report: Report, inputs: Inputs) -> list[str]:
+    """The scenario's expectations the run broke (empty: it passed)."""
+    expect, found = inputs.expect, []
+    errors = report.client_errors - (report.broken_streams if expect.broken_streams_allowed else 0)
+    if errors > expect.max_client_errors:
+        found.append(f"{errors} client errors (at most {expect.max_client_errors} expected)")
+    if expect.breaker_opens is True and inputs.faulted_provider and not report.breaker_opened:
+        found.append(f"the breaker of {inputs.faulted_provider} never opened")
+    if expect.breaker_opens is False and report.breaker_opened:
+        found.append(f"the breaker of {inputs.faulted_provider} opened (a false trip)")
+    if expect.ledger_exact and report.ledger_ok is False:
+        found.append(f"ledger rows {report.ledger} != {report.requests} requests sent")
+    if report.skipped:
+        found.append(f"{report.skipped} requests not sent: the bound on requests in flight")
+    return found
+
+
+def _first_state_at(inputs: Inputs, *, after: float | None, states: Sequence[str]) -> float | None:
+    if after is None or inputs.faulted_provider is None:
+        return None
+    for reading in inputs.readings:
+        if reading.at >= after and reading.breakers.get(inputs.faulted_provider) in states:
+            return reading.at
+    return None
+
+
+def _since(at: float | None, start: float | None) -> float | None:
+    return None if at is None or start is None else round(max(0.0, at - start), 2)
+
+
+def _error_kind(sample: Sample) -> str:
+    if sample.broken_stream:
+        return "stream broken mid-answer"
+    if sample.status is None:
+        return sample.error.split(":", 1)[0] or "transport error"
+    if sample.error:
+        return sample.error
+    return f"HTTP {sample.status}"
+
+
+def _slowest(samples: Sequence[Sample]) -> dict[str, Any] | None:
+    if not samples:
+        return None
+    worst = max(samples, key=lambda s: s.latency_s)
+    return {
+        "latency_s": round(worst.latency_s, 3),
+        "sent_at": round(worst.sent_at, 2),
+        "tier": worst.tier or None,
+        "status": worst.status,
+        "request_id": worst.request_id or None,
+    }
+
+
+def _fmt(value: float | None, unit: str = " s") -> str:
+    return "-" if value is None else f"{value:.2f}{unit}"
+
+
+def chart(report: Report) -> list[str]:
+    """One line per second: a bar of who served (P primary, S secondary, C cache, T static,
+    D degraded, x client error), scaled to the busiest second, and the counts."""
+    top = max((sum(second.values()) for second in report.per_second), default=0)
+    lines = []
+    for at, second in enumerate(report.per_second):
+        total = sum(second.values())
+        bar = ""
+        for tier, count in sorted(second.items(), key=lambda item: _tier_order(item[0])):
+            bar += TIER_MARKS.get(tier, "x") * round(CHART_WIDTH * count / top) if top else ""
+        mark = ""
+        if report.fault_at is not None and int(report.fault_at) == at:
+            mark = "  <- fault"
+        if report.clear_at is not None and int(report.clear_at) == at:
+            mark += "  <- cleared"
+        counts = " ".join(
+            f"{tier} {n}" for tier, n in sorted(second.items(), key=lambda i: _tier_order(i[0]))
+        )
+        lines.append(f"  {at:>3} s |{bar:<{CHART_WIDTH}}| {total:>4}  {counts}{mark}")
+    return lines
+
+
+def _tier_order(tier: str) -> int:
+    order = [*TIER_MARKS, "error"]
+    return order.index(tier) if tier in order else len(order)
+
+
+def text(report: Report, *, scenario: str, description: str, notes: Sequence[str] = ()) -> str:
+    r = report
+    errors = ", ".join(f"{kind} {n}" for kind, n in r.errors_by_kind.items()) or "none"
+    sent = f"{r.requests}" + (f" ({r.skipped} not sent: in-flight bound)" if r.skipped else "")
+    slowest = "-"
+    if r.slowest:
+        slowest = f"{r.slowest['latency_s']:.2f} s (sent at {r.slowest['sent_at']} s, "
+        slowest += f"{r.slowest['tier'] or r.slowest['status']})"
+    recovery = f"{_fmt(r.recovery_s)} (breaker closed {_fmt(r.breaker_closed_after_clear_s)} after)"
+    rows = [
+        ("requests sent", sent),
+        ("client errors", f"{r.client_errors} ({errors})"),
+        ("served by tier", ", ".join(f"{t} {n}" for t, n in r.tiers.items()) or "-"),
+        ("fault / cleared at", f"{_fmt(r.fault_at)} / {_fmt(r.clear_at)}"),
+        ("fault -> breaker open", _fmt(r.fault_to_open_s)),
+        ("fault -> 99 % next tier", _fmt(r.fault_to_next_tier_s)),
+        ("waited more than 2 s", f"{r.waits_over_2s} ({r.answered_within_2s_pct} % within 2 s)"),
+        ("p95 / slowest", f"{_fmt(r.p95_s)} / {slowest}"),
+        ("recovery after clear", recovery),
+        ("alerts raised", str(len(r.alerts))),
+    ]
+    lines = [f"Drill: {scenario}", f"  {description}", *(f"  note: {n}" for n in notes), ""]
+    lines += [f"{label:<24} {value}" for label, value in rows]
+    lines += [
+        f"    {a.get('at', '')} s  {a.get('severity', '')}  {a.get('title', '')}" for a in r.alerts
+    ]
+    lines.append(f"{'ledger':<24} {_ledger_line(r)}")
+    if r.ledger:
+        for title, counts in (("why", r.ledger["reasons"]), ("attempts", r.ledger["attempts"])):
+            lines.append(
+                f"  {title:<22} " + (", ".join(f"{k} {n}" for k, n in counts.items()) or "-")
+            )
+    lines += ["", "who served each second:", *chart(r), ""]
+    lines.append("PASSED" if not r.violations else "FAILED: " + "; ".join(r.violations))
+    return "\n".join(lines)
+
+
+def _ledger_line(r: Report) -> str:
+    if r.ledger is None:
+        return "not read"
+    line = f"{r.ledger['matched']} rows matched of {r.requests} sent"
+    if r.ledger["client_rows"] is not None:
+        line += f", {r.ledger['client_rows']} rows of the drill's client"
+    return line + f" (waited {r.ledger['waited_s']:.1f} s): {'ok' if r.ledger_ok else 'MISMATCH'}"

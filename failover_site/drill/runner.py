@@ -1,0 +1,243 @@
+"""One drill run: the target (the embedded gateway, or a running one by URL), a check that the
+primary answers before anything is broken, the load with the scenario's timeline, the ledger
+and the alerts read back, and the report."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+
+from failover_site.drill import collect as ledger_collect
+from failover_site.drill import load, report
+from failover_site.drill.embedded import EmbeddedSite
+from failover_site.drill.scenarios import (
+    PRIMARY,
+    SCENARIOS,
+    Action,
+    Scenario,
+    fault_window,
+    timeline,
+)
+
+# Embedded mode only: the breaker's cooldown and the failover alert's flap window shortened
+# from the policy's 60 s, so that a recovery and the alert fit in a run of half a minute.
+# `--policy cooldown_s=60 --policy flap_window_s=60` puts them back.
+EMBEDDED_POLICY: dict[str, Any] = {"cooldown_s": 5, "flap_window_s": 10}
+CONTROL_TIMEOUT_S = 5.0
+
+
+class DrillError(RuntimeError):
+    """The drill could not be run as asked (not: the drill ran and failed its expectations)."""
+
+
+@dataclass
+class Options:
+    scenario: str
+    urls: list[str] = field(default_factory=list)  # empty: embedded mode
+    fake_urls: list[str] = field(default_factory=list)  # the primary's, then the secondary's
+    key: str = ""
+    rate: float | None = None
+    duration_s: float | None = None
+    fault_at_s: float | None = None
+    fault_for_s: float | None = None
+    concurrency: int = 512
+    processes: int = 1
+    redis: bool = False
+    policy: dict[str, Any] = field(default_factory=dict)
+    ledger_wait_s: float = 15.0
+    keep: bool = False
+
+
+@dataclass
+class Outcome:
+    report: report.Report
+    text: str
+    scenario: Scenario
+    notes: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"scenario": self.scenario.name, "notes": self.notes, **self.report.to_dict()}
+
+
+def execute(options: Options, say: Callable[[str], None] = lambda _: None) -> Outcome:
+    scenario = SCENARIOS.get(options.scenario)
+    if scenario is None:
+        raise DrillError(f"no scenario {options.scenario!r}; one of {', '.join(SCENARIOS)}")
+    rate = options.rate or scenario.rate
+    duration = options.duration_s or scenario.duration_s
+    fault_at = scenario.fault_at_s if options.fault_at_s is None else options.fault_at_s
+    fault_for = scenario.fault_for_s if options.fault_for_s is None else options.fault_for_s
+    actions = timeline(scenario, fault_at=fault_at, fault_for=fault_for, duration=duration)
+    notes: list[str] = []
+    site: EmbeddedSite | None = None
+    if options.urls:
+        if scenario.redis:
+            raise DrillError("redis_down stops the drill's own Redis: embedded mode only")
+        if len(options.fake_urls) < len({a.target for a in actions if a.target != "redis"}):
+            raise DrillError("--fake-url: the primary's fake (and the secondary's) are needed")
+        urls, key = options.urls, options.key
+        fake_urls = dict(zip(("primary", "secondary"), options.fake_urls, strict=False))
+        roles: dict[str, str] = {}
+        if scenario.policy or scenario.provider_changes:
+            notes.append(
+                "a running gateway keeps its own settings; this scenario assumes "
+                f"policy {scenario.policy} and providers {scenario.provider_changes}"
+            )
+    else:
+        policy = {**EMBEDDED_POLICY, **scenario.policy, **options.policy}
+        notes.append(f"embedded gateway, policy changes: {policy}")
+        say(f"starting the embedded gateway ({options.processes} process(es))…")
+        site = EmbeddedSite(
+            processes=options.processes,
+            redis=options.redis or scenario.redis,
+            policy=policy,
+            provider_changes=scenario.provider_changes,
+            keep=options.keep,
+        ).start()
+        urls, key, fake_urls, roles = site.urls, site.key, site.fake_urls, site.roles
+        if options.keep:
+            notes.append(f"kept: {site.work}")
+    try:
+        return _run(scenario, options, site, urls, key, fake_urls, roles, actions, notes, say,
+                    rate=rate, duration=duration)  # fmt: skip
+    finally:
+        if site is not None:
+            site.stop()
+
+
+def _run(
+    scenario: Scenario,
+    options: Options,
+    site: EmbeddedSite | None,
+    urls: list[str],
+    key: str,
+    fake_urls: dict[str, str],
+    roles: dict[str, str],
+    actions: list[Action],
+    notes: list[str],
+    say: Callable[[str], None],
+    *,
+    rate: float,
+    duration: float,
+) -> Outcome:
+    for url in fake_urls.values():
+        httpx.post(f"{url}/_control/reset", timeout=CONTROL_TIMEOUT_S, trust_env=False)
+    first = _ask(urls[0], key, stream=scenario.stream)
+    if first.get("tier") != PRIMARY:
+        notes.append(f"before the fault the first request was answered by {first}")
+    plan = load.LoadPlan(
+        urls=urls,
+        key=key,
+        rate=rate,
+        duration_s=duration,
+        concurrency=options.concurrency,
+        stream=scenario.stream,
+        actions=actions,
+    )
+    since = datetime.now(UTC)
+    say(f"{scenario.name}: {rate:g} requests/s for {duration:g} s…")
+    collected = asyncio.run(load.run(plan, _player(fake_urls, site)))
+    for played in collected.played:
+        if played.error:
+            notes.append(f"action {played.action.op} {played.action.target} failed: {played.error}")
+    if collected.status_error:
+        notes.append(f"breakers not read: {collected.status_error}")
+    request_ids = [s.request_id for s in collected.samples if s.request_id]
+    spec = {
+        "request_ids": request_ids,
+        "key": key,
+        "since": since.isoformat(),
+        "expected": len(collected.samples),
+        "wait_s": options.ledger_wait_s,
+    }
+    say("reading the ledger and the alerts…")
+    if site is not None:
+        found = site.collect(spec)
+    else:
+        found = ledger_collect.collect(
+            request_ids=request_ids,
+            key=key,
+            since=since,
+            expected=len(collected.samples),
+            wait_s=options.ledger_wait_s,
+        )
+    played_actions = [
+        Action(p.at, p.action.target, p.action.op, p.action.changes, p.action.seconds)
+        for p in collected.played
+    ]
+    window = fault_window(played_actions, duration)
+    order = collected.provider_order
+    named = {"primary": order[0] if order else "", "secondary": order[1] if len(order) > 1 else ""}
+    named.update(roles)
+    faulted = named.get(scenario.faulted) or None
+    inputs = report.Inputs(
+        samples=collected.samples,
+        readings=collected.readings,
+        faulted_provider=faulted,
+        faulted_tier=scenario.faulted if scenario.faulted in ("primary", "secondary") else None,
+        next_tiers=scenario.next_tiers,
+        fault_at=window.start,
+        clear_at=window.last_clear,
+        first_clear_at=window.first_clear,
+        ledger=report.Ledger(
+            matched=found["matched"],
+            client_rows=found["client_rows"],
+            waited_s=found["waited_s"],
+            ids_missing=found["ids_missing"],
+            reasons=found["reasons"],
+            attempts=found["attempts"],
+        ),
+        alerts=found["alerts"],
+        skipped=collected.skipped,
+        expect=scenario.expect,
+    )
+    built = report.build(inputs)
+    text = report.text(built, scenario=scenario.name, description=scenario.description, notes=notes)
+    return Outcome(built, text, scenario, notes)
+
+
+def _ask(url: str, key: str, *, stream: bool) -> dict[str, Any]:
+    headers = {"Authorization": f"Bearer {key}"}
+    try:
+        if stream:
+            body = {"model": "auto", "messages": [{"role": "user", "content": "Hi."}]}
+            response = httpx.post(f"{url}/v1/chat/completions", json=body, headers=headers,
+                                  timeout=30, trust_env=False)  # fmt: skip
+            return {"status": response.status_code, "tier": response.headers.get("x-failover-tier")}
+        response = httpx.post(f"{url}/api/v1/complete", json={"prompt": "Hi."}, headers=headers,
+                              timeout=30, trust_env=False)  # fmt: skip
+        body = (
+            response.json()
+            if response.headers.get("content-type", "").startswith("application/json")
+            else {}
+        )
+        return {"status": response.status_code, "tier": body.get("tier")}
+    except httpx.HTTPError as exc:
+        raise DrillError(f"the gateway at {url} did not answer: {exc!r}") from None
+
+
+def _player(fake_urls: dict[str, str], site: EmbeddedSite | None) -> load.ActionHook:
+    async def play(action: Action) -> None:
+        if action.target == "redis":
+            if site is None or site.redis is None:
+                raise RuntimeError("no Redis of the drill's own to stop")
+            redis = site.redis
+            await asyncio.to_thread(redis.kill if action.op == "stop" else redis.start)
+            return
+        base = fake_urls[action.target]
+        async with httpx.AsyncClient(timeout=CONTROL_TIMEOUT_S, trust_env=False) as client:
+            if action.op == "fault":
+                response = await client.post(f"{base}/_control/fault", json=action.changes)
+            elif action.op == "clear":
+                response = await client.post(f"{base}/_control/reset")
+            else:  # refuse
+                for_ms = max(1, round(action.seconds * 1000))
+                response = await client.post(f"{base}/_control/refuse", json={"for_ms": for_ms})
+            response.raise_for_status()
+
+    return play
