@@ -28,6 +28,14 @@ logger = logging.getLogger(__name__)
 MAX_CONNECTIONS = 256
 
 
+def pool_size(config: ProviderConfig) -> int:
+    """Connections to one provider in one process: room for every call its in-flight limit
+    admits and as many streams past their first token (which gave their place back but still
+    read), at least `MAX_CONNECTIONS`. A call queued in the pool would wait unseen by the
+    limit, and its latency would be the pool's, not the provider's."""
+    return max(MAX_CONNECTIONS, 2 * config.max_in_flight)
+
+
 def _transport(config: ProviderConfig, limits: httpx.Limits) -> httpx.AsyncBaseTransport:
     """httpx's own connection pool, or aiohttp's under httpx's API (PROVIDER_HTTP_CLIENT), held
     to the outbound URL policy (OUTBOUND_ALLOW); a base URL whose form the policy refuses (one
@@ -63,9 +71,10 @@ class ProviderClient(httpx.AsyncClient):
 
 
 def make_client(config: ProviderConfig) -> httpx.AsyncClient:
+    size = pool_size(config)
     limits = httpx.Limits(
-        max_connections=MAX_CONNECTIONS,
-        max_keepalive_connections=MAX_CONNECTIONS,
+        max_connections=size,
+        max_keepalive_connections=size,
         keepalive_expiry=30,
     )
     return ProviderClient(
@@ -79,9 +88,9 @@ def make_client(config: ProviderConfig) -> httpx.AsyncClient:
     )
 
 
-def _connection_key(config: ProviderConfig) -> tuple[str, str, str]:
+def _connection_key(config: ProviderConfig) -> tuple[str, str, str, int]:
     """What a client is bound to. Priority, prices, model or timeout changing keeps it."""
-    return (config.kind, config.http_base_url, config.api_key)
+    return (config.kind, config.http_base_url, config.api_key, pool_size(config))
 
 
 class AdapterPool:

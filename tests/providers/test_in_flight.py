@@ -28,6 +28,21 @@ class TestTheCount:
         in_flight = InFlight()
         assert all(in_flight.take("ollama", 0) for _ in range(1000))
 
+    def test_the_connection_pool_has_room_for_every_call_the_limit_admits(self):
+        from providers.adapters.pool import MAX_CONNECTIONS, make_client, pool_size
+        from providers.engine.config import ProviderConfig
+
+        base = dict(
+            name="ollama", kind="ollama", base_url="http://127.0.0.1:1", model="m",
+            priority=1, is_local=True, timeout_s=15.0, context_window=8192,
+        )  # fmt: skip
+        assert pool_size(ProviderConfig(**base, max_in_flight=16)) == MAX_CONNECTIONS == 256
+        # A model that takes 6 s at 50 requests a second has 300 calls waiting: none may queue
+        # in the pool, unseen by the limit (and streams past their first token still read).
+        assert pool_size(ProviderConfig(**base, max_in_flight=400)) == 800
+        client = make_client(ProviderConfig(**base, max_in_flight=400))
+        assert client._transport._limits.max_connections == 800  # what the transport was given
+
 
 async def _timed(request) -> tuple[float, dict]:
     started = time.monotonic()
