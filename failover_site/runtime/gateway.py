@@ -15,6 +15,7 @@ from django.conf import settings
 from failover_site.runtime.ledger import LedgerWriter
 from failover_site.runtime.snapshots import SnapshotHolder
 from providers.adapters.pool import AdapterPool
+from providers.engine.breaker import BreakerEvent
 from providers.engine.clock import Clock
 from providers.routing.breaker_watch import StuckWatch
 from providers.routing.in_flight import InFlight
@@ -60,6 +61,7 @@ class Gateway:
             readings=self.readings,
             in_flight=self.in_flight,
             stuck=self.stuck,
+            note_events=_note_events,
         )
 
     async def aclose(self) -> None:
@@ -74,6 +76,12 @@ class Gateway:
                 await self.adapters.aclose()
             finally:
                 await self.store.aclose()
+
+
+def _note_events(events: list[BreakerEvent]) -> None:
+    from failover_site.runtime.incidents import note_events  # it needs the models loaded
+
+    note_events(events)
 
 
 _gateway: Gateway | None = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from typing import TYPE_CHECKING
 
 import httpx
@@ -41,6 +41,8 @@ class CompletionStream:
         self._idle_s = idle_s
         self._closed = False
         self.longest_pause_s = 0.0  # between two pieces after the first (the stall rule's measure)
+        self._stall_s = 0.0
+        self._on_stall: Callable[[float], None] | None = None
 
     @property
     def text(self) -> str:
@@ -83,10 +85,16 @@ class CompletionStream:
                 return text
         return None
 
-    def limit_pause(self, seconds: float) -> None:
-        """A pause between two pieces longer than `seconds` breaks the stream (as a timeout),
-        never longer than the pause it was opened with (the provider's timeout)."""
-        self._idle_s = min(self._idle_s, seconds)
+    def watch_pauses(self, stall_s: float, on_stall: Callable[[float], None]) -> None:
+        """A pause between two pieces longer than `stall_s` is told to `on_stall` (once per
+        stream) while it lasts; the stream goes on waiting, up to its own pause limit."""
+        if stall_s < self._idle_s:
+            self._stall_s, self._on_stall = stall_s, on_stall
+
+    def _stalled(self) -> None:
+        on_stall, self._on_stall = self._on_stall, None
+        if on_stall is not None:
+            on_stall(self._stall_s)
 
     async def rest(self) -> AsyncGenerator[str, None]:
         """The text after `first`, piece by piece, until the stream ends."""
@@ -94,9 +102,18 @@ class CompletionStream:
             loop = asyncio.get_running_loop()
             while True:
                 asked = loop.time()
-                text = await self.next_text(
-                    asked + self._idle_s, f"no text for {self._idle_s:.2f} s mid-answer"
+                timer = (
+                    loop.call_later(self._stall_s, self._stalled)
+                    if self._on_stall is not None
+                    else None
                 )
+                try:
+                    text = await self.next_text(
+                        asked + self._idle_s, f"no text for {self._idle_s:.2f} s mid-answer"
+                    )
+                finally:
+                    if timer is not None:
+                        timer.cancel()
                 if text is None:
                     break
                 self.longest_pause_s = max(self.longest_pause_s, loop.time() - asked)

@@ -24,7 +24,7 @@ from providers.engine.health import health_skip
 from providers.routing.breaker_watch import note_latency
 from providers.routing.budget_holds import hold, later, release_later, reservation
 from providers.routing.settling import call_ended, settle
-from providers.routing.stuck import MovedOn, StuckGuard
+from providers.routing.stuck import MovedOn, StuckGuard, stall_counter
 from providers.routing.walk import MIN_ATTEMPT_S, Attempt, AttemptResult, Ticket, Walk
 from providers.state.contract import spend_key
 
@@ -140,6 +140,7 @@ async def unless_cancelled(call: Any, cancel: asyncio.Event) -> Any:
         await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
     except asyncio.CancelledError:  # the request, or a stuck call moved on: the call goes too
         task.cancel()
+        task.add_done_callback(_close_unread)
         raise
     finally:
         waiter.cancel()
@@ -153,6 +154,15 @@ async def unless_cancelled(call: Any, cancel: asyncio.Event) -> Any:
     if isinstance(value, CompletionStream):  # it finished in the same instant
         await value.aclose()
     raise Cancelled
+
+
+def _close_unread(task: asyncio.Future[Any]) -> None:
+    """A call cancelled in the instant it handed over a stream: the stream is closed."""
+    if task.cancelled() or task.exception() is not None:
+        return
+    value = task.result()
+    if isinstance(value, CompletionStream):
+        later(value.aclose())
 
 
 async def attempt(
@@ -184,23 +194,31 @@ async def attempt(
         stuck_s = ports.stuck.threshold(
             name, "first_token" if walk.request.stream else "answer", walk.policy
         )
-        async with StuckGuard(walk, ticket, stuck_s, timeout):
+        guard = StuckGuard(walk, ticket, stuck_s, timeout)
+        async with guard:
             value = await (call if cancel is None else unless_cancelled(call, cancel))
         if isinstance(value, CompletionStream):
             stream = value
             note_latency(ports, name, "first_token", ports.clock.mono() - ticket.started)
             # After the first token, a pause longer than the provider's usual longest is a stall.
-            stream.limit_pause(ports.stuck.threshold(name, "gap", walk.policy))
+            gap_s = ports.stuck.threshold(name, "gap", walk.policy)
+            stream.watch_pauses(gap_s, stall_counter(walk, ticket))
         else:
             completion = value
     except MovedOn:
         if ticket.release is not None:
             release_later(ports, ticket.release)
-        latency_ms = round((ports.clock.mono() - ticket.started) * 1000)
-        detail = f"no answer after {stuck_s:.1f} s; moved on when its breaker opened"
-        return AttemptResult(
-            Attempt(name, "cancelled", STUCK, latency_ms, detail=detail, model=provider.model)
+        latency_s = ports.clock.mono() - ticket.started
+        # Stuck (counted) and then given up on, or given up on (by others' failures) first.
+        kind, detail = (
+            (STUCK, f"no answer after {stuck_s:.1f} s; moved on when its breaker opened")
+            if guard.stuck
+            else ("breaker_opened", f"moved on after {latency_s:.1f} s: its breaker opened")
         )
+        attempt = Attempt(
+            name, "cancelled", kind, round(latency_s * 1000), detail=detail, model=provider.model
+        )
+        return AttemptResult(attempt)
     except Cancelled:
         if ticket.was_probe:  # it will never report: its slot goes to the next call
             await ports.store.release_probe(name, ticket.state.version)

@@ -68,23 +68,38 @@ class _HasStuck(Protocol):
 
 
 class StuckWatch:
-    """The breakers as this process last heard them, the stuck calls listening to them, and
-    the providers' recent latencies."""
+    """The breakers as this process last heard them, the calls listening to them, and the
+    providers' recent latencies."""
 
     def __init__(self) -> None:
         self.latencies = Latencies()
         self._listeners: dict[str, set[Callable[[BreakerState], None]]] = {}
+        self._latest: dict[str, BreakerState] = {}
         self._polled: dict[str, float] = {}
 
     def threshold(self, name: str, kind: str, policy: PolicyConfig) -> float:
         return breaker.stuck_after(self.latencies.p99(f"{kind}:{name}"), policy)
 
     def heard(self, name: str, state: BreakerState) -> None:
-        """What a read, a record or a transition said of `name`'s breaker."""
+        """What a read, a record or a transition said of `name`'s breaker; the calls waiting
+        on it hear of a move (most replies show none, and cost a comparison)."""
+        latest = self._latest.get(name)
+        if (
+            latest is not None
+            and latest.version == state.version
+            and latest.state == state.state
+            and latest.mode == state.mode
+        ):
+            return
+        self._latest[name] = state
         listeners = self._listeners.get(name)
         if listeners:
             for listener in tuple(listeners):
                 listener(state)
+
+    def latest(self, name: str) -> BreakerState | None:
+        """The breaker as last heard here (a call admitted on an older reading checks it)."""
+        return self._latest.get(name)
 
     def listen(self, name: str, listener: Callable[[BreakerState], None]) -> None:
         self._listeners.setdefault(name, set()).add(listener)

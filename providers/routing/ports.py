@@ -8,10 +8,12 @@ here knows the runtime: the engine sees these few things, never the process arou
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from providers.adapters.pool import AdapterPool
+from providers.engine.breaker import BreakerEvent
 from providers.engine.clock import Clock
 from providers.engine.config import Snapshot
 from providers.routing.breaker_watch import StuckWatch
@@ -30,6 +32,9 @@ class Ports:
     in_flight: InFlight = field(default_factory=InFlight)
     # The breakers as last heard and the providers' latencies: what a stuck call listens to.
     stuck: StuckWatch = field(default_factory=StuckWatch)
+    # Where breaker events found outside a request's own steps go (a stuck call's count may
+    # outlive its request): the runtime's incidents; None: the request's own events.
+    note_events: Callable[[list[BreakerEvent]], None] | None = None
 
 
 class SnapshotSource(Protocol):

@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from types import TracebackType
+from typing import Any
 
 from providers.engine import breaker
 from providers.engine.breaker import BreakerState
@@ -41,28 +43,34 @@ logger = logging.getLogger(__name__)
 
 
 class MovedOn(Exception):
-    """The call was stuck and its breaker gave up on the provider: cancelled, to go on."""
+    """The call's breaker gave up on its provider while it waited: cancelled, to go on."""
 
 
 class StuckGuard:
-    """Around one call: at its threshold, count it stuck and listen for its breaker; once the
-    breaker gives up, cancel the call (raising `MovedOn` from the `async with`)."""
+    """Around one call: it listens for its breaker from the start (a breaker that gives up on
+    the provider cancels it, raising `MovedOn` from the `async with`), and at its threshold it
+    is counted stuck and polls the store for other processes' word."""
 
     def __init__(self, walk: Walk, ticket: Ticket, stuck_s: float, timeout_s: float) -> None:
         self.walk, self.ticket, self.stuck_s = walk, ticket, stuck_s
-        self._armed = stuck_s < timeout_s  # a call that times out first needs no guard
+        self._counts = stuck_s < timeout_s  # a call that times out first is never stuck
         self._timeout: asyncio.Timeout | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._counting: asyncio.Task[None] | None = None
         self._polling: asyncio.Task[None] | None = None
         self._moved = False
+        self.stuck = False  # past its threshold (counted), rather than moved on before it
 
     async def __aenter__(self) -> StuckGuard:
-        if self._armed:
-            loop = asyncio.get_running_loop()
-            self._timeout = asyncio.timeout(None)
-            await self._timeout.__aenter__()
-            self._timer = loop.call_later(self.stuck_s, self._on_stuck)
+        self._timeout = asyncio.timeout(None)
+        await self._timeout.__aenter__()
+        if self._counts:
+            self._timer = asyncio.get_running_loop().call_later(self.stuck_s, self._on_stuck)
+        watch, name = self.walk.ports.stuck, self.ticket.provider.name
+        watch.listen(name, self._move_on)
+        latest = watch.latest(name)
+        if latest is not None:  # admitted on an older reading than this process has heard
+            self._move_on(latest)
         return self
 
     async def __aexit__(
@@ -71,18 +79,22 @@ class StuckGuard:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        if self._timeout is None:
+        timeout = self._timeout
+        if timeout is None:
             return
+        self._timeout = None  # nothing moves it on from here
+        if not timeout.expired():
+            # The call ended first (answered or failed): a move-on not yet delivered is void.
+            timeout.reschedule(None)
         if self._timer is not None:
             self._timer.cancel()
-        timeout, self._timeout = self._timeout, None
+        self.walk.ports.stuck.unlisten(self.ticket.provider.name, self._move_on)
         try:
+            if self._polling is not None:
+                self._polling.cancel()
             if self._counting is not None:
-                self.walk.ports.stuck.unlisten(self.ticket.provider.name, self._move_on)
-                if self._polling is not None:
-                    self._polling.cancel()
                 # The call ends while its stuck count is on its way: let it land, so the call
-                # is counted exactly once (by it) and its breaker events are the request's.
+                # is counted exactly once (by it).
                 await asyncio.shield(self._counting)
         finally:
             try:
@@ -94,7 +106,7 @@ class StuckGuard:
 
     def _on_stuck(self) -> None:
         self._timer = None
-        self.walk.ports.stuck.listen(self.ticket.provider.name, self._move_on)
+        self.stuck = True
         loop = asyncio.get_running_loop()
         self._counting = loop.create_task(self._count())
         self._polling = loop.create_task(self._poll())
@@ -106,11 +118,13 @@ class StuckGuard:
 
     async def _count(self) -> None:
         try:
-            await count_stuck(self.walk, self.ticket, self.stuck_s)
+            state = await count_stuck(self.walk, self.ticket, self.stuck_s)
         except Exception:  # the store failed: the call still ends by its own timeout
             logger.warning(
                 "a stuck call to %s could not be counted", self.ticket.provider.name, exc_info=True
             )
+        else:
+            self._move_on(state)
 
     async def _poll(self) -> None:
         """Another process's opening reaches this one by a read of the store (one per provider
@@ -127,36 +141,69 @@ class StuckGuard:
                 ports.stuck.heard(name, state)
 
 
-async def count_stuck(walk: Walk, ticket: Ticket, stuck_s: float) -> None:
+def stall_counter(walk: Walk, ticket: Ticket) -> Callable[[float], None]:
+    """For a stream past its first token: a pause longer than its provider's usual longest
+    counts it stuck (once; the stream goes on waiting, up to the provider's timeout: what the
+    client has read can't be taken back)."""
+    tasks: set[asyncio.Task[Any]] = set()
+
+    def stalled(paused_s: float) -> None:
+        if ticket.counted:
+            return
+        task = asyncio.get_running_loop().create_task(count_stuck(walk, ticket, paused_s))
+        tasks.add(task)
+        task.add_done_callback(_logged(tasks, ticket.provider.name))
+
+    return stalled
+
+
+def _logged(tasks: set[asyncio.Task[Any]], name: str) -> Callable[[asyncio.Task[Any]], None]:
+    def done(task: asyncio.Task[Any]) -> None:
+        tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.warning("a stalled stream of %s could not be counted", name)
+
+    return done
+
+
+async def count_stuck(walk: Walk, ticket: Ticket, stuck_s: float) -> BreakerState:
     """One failure for a call still waiting (with its latency so far), then the breaker moved
-    if that opens it; the call's end won't count it again."""
+    if that opens it; the call's end won't count it again. The breaker as it then is."""
     ports, policy, name = walk.ports, walk.policy, ticket.provider.name
-    ticket.counted = True
+    ticket.counted = True  # before the record: the call's end may come while it is on its way
     now = ports.clock.wall()
-    recorded = await ports.store.record(
-        name,
-        Sample(
-            ok=False,
-            failure=True,
-            slow=breaker.is_slow(stuck_s, policy),
-            over_p95=breaker.is_over_p95(stuck_s, policy),
-            latency_ms=stuck_s * 1000,
-        ),
-        now=now,
-        windows=windows(policy),
-        want_stats=True,
-    )
+    try:
+        recorded = await ports.store.record(
+            name,
+            Sample(
+                ok=False,
+                failure=True,
+                slow=breaker.is_slow(stuck_s, policy),
+                over_p95=breaker.is_over_p95(stuck_s, policy),
+                latency_ms=stuck_s * 1000,
+            ),
+            now=now,
+            windows=windows(policy),
+            want_stats=True,
+        )
+    except BaseException:
+        ticket.counted = False  # not counted after all: the call's end counts it
+        raise
     ports.readings.forget(name)
     ports.stuck.heard(name, recorded.state)
-    walk.events.extend(
-        await breaker_move(
-            ports,
-            policy,
-            name,
-            recorded.state,
-            recorded.stats,
-            breaker.stuck_outcome(stuck_s),
-            now,
-            was_probe=ticket.was_probe and recorded.state.version == ticket.state.version,
-        )
+    events = await breaker_move(
+        ports,
+        policy,
+        name,
+        recorded.state,
+        recorded.stats,
+        breaker.stuck_outcome(stuck_s),
+        now,
+        was_probe=ticket.was_probe and recorded.state.version == ticket.state.version,
     )
+    if events and ports.note_events is not None:
+        # Handed over at once: the request that counted it may be gone (its client left).
+        ports.note_events(list(events))
+    elif events:
+        walk.events.extend(events)
+    return recorded.state

@@ -72,8 +72,8 @@ if counted then
   if ARGV[3] == '1' then redis.call('HINCRBY', bk, 's', 1) end
   if ARGV[4] == '1' then redis.call('HINCRBY', bk, 'p', 1) end
   redis.call('HINCRBY', bk, ARGV[5], 1)
-  redis.call('EXPIRE', bk, tonumber(ARGV[6]))
 end
+redis.call('EXPIRE', bk, tonumber(ARGV[6]))
 -- (not counted: neither a second failure nor a success that clears the stuck ones)
 if counted and ARGV[1] == '1' then
   redis.call('HINCRBY', b, 'consecutive_failures', 1)

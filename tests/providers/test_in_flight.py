@@ -32,10 +32,10 @@ class TestTheCount:
         from providers.adapters.pool import MAX_CONNECTIONS, make_client, pool_size
         from providers.engine.config import ProviderConfig
 
-        base = dict(
-            name="ollama", kind="ollama", base_url="http://127.0.0.1:1", model="m",
-            priority=1, is_local=True, timeout_s=15.0, context_window=8192,
-        )  # fmt: skip
+        base = {
+            "name": "ollama", "kind": "ollama", "base_url": "http://127.0.0.1:1", "model": "m",
+            "priority": 1, "is_local": True, "timeout_s": 15.0, "context_window": 8192,
+        }  # fmt: skip
         assert pool_size(ProviderConfig(**base, max_in_flight=16)) == MAX_CONNECTIONS == 256
         # A model that takes 6 s at 50 requests a second has 300 calls waiting: none may queue
         # in the pool, unseen by the limit (and streams past their first token still read).

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 import pytest
 import redis
@@ -136,6 +137,31 @@ async def test_record_counts_consecutive_failures_and_a_success_resets_them(stor
     state = (await record(store, sample=call())).state
     assert state.consecutive_failures == 0
     assert (await store.read(NAME))[0].consecutive_failures == 0
+
+
+async def test_a_call_counted_while_in_flight_is_not_counted_again_when_it_ends(store):
+    await record(store, sample=call(failure=True))  # counted stuck, as it waited
+    ended = replace(call(latency_ms=9000), counted=False)  # then it answered after all
+    recorded = await record(store, sample=ended, want_stats=True)
+    # Neither a second call nor a success that would clear the stuck one.
+    assert recorded.state.consecutive_failures == 1
+    assert (recorded.stats.calls, recorded.stats.failures, recorded.stats.slow) == (1, 1, 0)
+    summary = await store.summary(NAME, WINDOWS, T0)
+    assert (summary.calls, summary.p95_ms) == (1, pytest.approx(100, rel=0.05))
+
+
+@pytest.mark.services
+async def test_a_not_counted_end_in_a_bucket_of_its_own_leaves_no_key_without_a_ttl(redis_store):
+    # An operator's override moves the statistics' epoch, so the next bucket is made afresh.
+    await redis_store.set_mode(NAME, Mode.FORCED_CLOSED)
+    await redis_store.set_mode(NAME, Mode.AUTO)
+    await record(redis_store, sample=replace(call(), counted=False))
+    raw = redis.Redis.from_url(redis_url())
+    try:
+        assert all(raw.ttl(key) > 0 for key in raw.keys("*:b:*"))
+        assert raw.keys("*:b:*")  # the bucket was made, and expires
+    finally:
+        raw.close()
 
 
 async def test_window_sums_drop_buckets_older_than_the_window(store):
