@@ -1,6 +1,7 @@
 """What the drill reads from the gateway's database once the load is over: the ledger rows of
 its requests (waiting, within a bound, for the serving processes to flush them; why each tier
-served them and how each provider's attempts ended) and the alerts raised since the run
+served them, how each provider's attempts ended, and when each request ran, for the calls
+admitted after a breaker opened), the policy's cooldown, and the alerts raised since the run
 started. Runs in the drill's process against a running gateway's database,
 or inside the embedded gateway's environment (`manage.py shell -c`, `main`).
 """
@@ -20,17 +21,32 @@ from alerts.models import AlertEvent
 from billing.models import CallRecord
 from providers.engine.clients import PREFIX_LENGTH
 from providers.models import ClientApp
+from providers.selectors import policy_get
 
 # Ids per query: well under SQLite's limit on a statement's variables.
 _BATCH = 500
 POLL_S = 0.25
+# The skip of a provider whose breaker is open (providers/engine/breaker.py `admit`).
+BREAKER_OPEN = "breaker_open"
 
 
 def collect(
-    *, request_ids: Sequence[str], key: str, since: datetime, expected: int, wait_s: float
+    *,
+    request_ids: Sequence[str],
+    key: str,
+    since: datetime,
+    expected: int,
+    wait_s: float,
+    origin: float | None = None,
 ) -> dict[str, Any]:
     """The ledger's count of the requests (by id) and of the key's client since `since`,
-    polled until both reach `expected` or `wait_s` has passed; and the alerts since `since`."""
+    polled until both reach `expected` or `wait_s` has passed; and the alerts since `since`.
+
+    "calls": the attempts of the requests' rows that were made, and those skipped because the
+    breaker was open, as [started, done, provider, outcome, reason]: the request's start (the
+    row's created_at, made at its end, less its latency_ms) and end in seconds from `origin`
+    (the run's start, epoch s; `since` when not given)."""
+    zero = since.timestamp() if origin is None else origin
     ids = [value for value in (_uuid(raw) for raw in request_ids) if value is not None]
     app = ClientApp.objects.filter(key_prefix=key[:PREFIX_LENGTH]).first()
     started = time.monotonic()
@@ -51,13 +67,24 @@ def collect(
         time.sleep(POLL_S)
     reasons: Counter[str] = Counter()
     attempts: Counter[str] = Counter()
+    calls: list[list[Any]] = []
     for i in range(0, len(ids), _BATCH):
-        rows = CallRecord.objects.filter(request_id__in=ids[i : i + _BATCH])
-        for tier, reason, tried in rows.values_list("tier", "reason", "attempts"):
+        rows = CallRecord.objects.filter(request_id__in=ids[i : i + _BATCH]).values_list(
+            "tier", "reason", "attempts", "created_at", "latency_ms"
+        )
+        for tier, reason, tried, created_at, latency_ms in rows:
             reasons[f"{tier}: {reason}" if reason else tier] += 1
+            done = created_at.timestamp() - zero
+            started = done - latency_ms / 1000
             for attempt in tried or []:
                 how = attempt.get("error_class") or attempt.get("outcome") or "?"
                 attempts[f"{attempt.get('provider', '?')}: {how}"] += 1
+                outcome, why = attempt.get("outcome", ""), attempt.get("error_class", "")
+                if outcome != "skipped" or why == BREAKER_OPEN:
+                    calls.append(
+                        [round(started, 3), round(done, 3), attempt.get("provider", ""),
+                         outcome, why]
+                    )  # fmt: skip
     alerts = [
         {
             "at": round((event.created_at - since).total_seconds(), 1),
@@ -76,6 +103,8 @@ def collect(
         "ids_missing": len(request_ids) - len(ids),
         "reasons": dict(reasons.most_common()),
         "attempts": dict(attempts.most_common()),
+        "calls": calls,
+        "cooldown_s": float(policy_get().cooldown_s),
         "alerts": alerts,
     }
 
@@ -96,5 +125,6 @@ def main(spec_path: str, out_path: str) -> None:
         since=datetime.fromisoformat(spec["since"]),
         expected=spec["expected"],
         wait_s=spec["wait_s"],
+        origin=spec.get("origin"),
     )
     Path(out_path).write_text(json.dumps(found))

@@ -75,6 +75,7 @@ class Collected:
     skipped: int = 0  # requests not sent: the bound on requests in flight was reached
     status_error: str = ""  # why the breakers could not be read, if they couldn't
     provider_order: list[str] = field(default_factory=list)  # by priority, from the status
+    started_wall: float = 0.0  # the run's start on the wall clock (epoch s): the ledger's times
 
 
 ActionHook = Callable[[Action], Awaitable[None]]
@@ -101,6 +102,7 @@ async def run(plan: LoadPlan, play: ActionHook) -> Collected:
         headers=headers, timeout=REQUEST_TIMEOUT_S, limits=limits, trust_env=False
     ) as client:
         start = time.monotonic()
+        collected.started_wall = time.time()
 
         def now() -> float:
             return time.monotonic() - start

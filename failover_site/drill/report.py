@@ -3,7 +3,8 @@
 Times are seconds from the start of the run. "Served by the next tier" is read from when
 answers *came back*, not when requests were sent: a request sent just after the fault that
 waits out a 15 s timeout and is then answered by the secondary says traffic moved on after
-15 s, not at once.
+15 s, not at once. The calls admitted after a breaker opened are read from the ledger, which
+every serving process writes (the status is one process's view).
 """
 
 from __future__ import annotations
@@ -25,6 +26,12 @@ NEXT_TIER_MIN_ANSWERS = 5
 OPEN_STATES = ("open",)
 CHART_WIDTH = 40
 TIER_MARKS = {"primary": "P", "secondary": "S", "cache": "C", "static": "T", "degraded": "D"}
+# Once a breaker has opened through one process, the others stop calling it within this.
+STOPPED_WITHIN_S = 1.0
+# The opening is known this late at most (a status reading every 0.25 s): its cooldown's end is
+# taken this early, so that a legitimate probe after the cooldown is never counted.
+OPENING_UNCERTAINTY_S = 0.25
+BREAKER_OPEN = "breaker_open"
 
 
 @dataclass(frozen=True)
@@ -42,6 +49,19 @@ class Ledger:
 
 
 @dataclass(frozen=True)
+class LedgerCall:
+    """An attempt in a ledger row of the run's requests: when its request started and ended (s
+    from the start of the run), the provider, how it ended ("ok", "error", "cancelled",
+    "skipped") and why (the skip's reason, the error's class)."""
+
+    started_at: float
+    done_at: float
+    provider: str
+    outcome: str
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class Inputs:
     samples: Sequence[Sample]
     readings: Sequence[Reading]
@@ -56,6 +76,9 @@ class Inputs:
     expect: Expect = field(default_factory=Expect)
     # A flapping fault's first clear: the move to the next tier is read within its first "down".
     first_clear_at: float | None = None
+    # The ledger's attempts that were made or skipped as breaker_open, and the policy's cooldown.
+    calls: Sequence[LedgerCall] = ()
+    cooldown_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -78,6 +101,8 @@ class Report:
     slowest: dict[str, Any] | None
     recovery_s: float | None
     breaker_closed_after_clear_s: float | None
+    # The faulted provider's calls admitted > 1 s after its breaker opened (None: not measured).
+    late_admissions: dict[str, Any] | None
     alerts: list[dict[str, Any]]
     ledger: dict[str, Any] | None
     ledger_ok: bool | None
@@ -119,6 +144,7 @@ def build(inputs: Inputs) -> Report:
         slowest=_slowest(samples),
         recovery_s=recovery(inputs),
         breaker_closed_after_clear_s=_since(closed_at, inputs.clear_at),
+        late_admissions=late_admissions(inputs),
         alerts=list(inputs.alerts),
         ledger=asdict(inputs.ledger) if inputs.ledger is not None else None,
         ledger_ok=ledger_ok,
@@ -176,6 +202,46 @@ def recovery(inputs: Inputs) -> float | None:
     return _since(min(back), inputs.clear_at) if back else None
 
 
+def breaker_opened_at(inputs: Inputs) -> tuple[float, str] | None:
+    """The earliest sign after the fault that the faulted provider's breaker was open, and
+    where: a status reading, or the start of a request (any process's) that skipped it as
+    breaker_open in the ledger."""
+    status = _first_state_at(inputs, after=inputs.fault_at, states=OPEN_STATES)
+    seen = [] if status is None else [(status, "status")]
+    fault_at = math.inf if inputs.fault_at is None else inputs.fault_at
+    seen += [
+        (call.started_at, "ledger")
+        for call in inputs.calls
+        if call.provider == inputs.faulted_provider
+        and (call.outcome, call.reason) == ("skipped", BREAKER_OPEN)
+        and call.started_at >= fault_at
+    ]
+    return min(seen, default=None)
+
+
+def late_admissions(inputs: Inputs) -> dict[str, Any] | None:
+    """The calls made to the faulted provider by requests that started more than 1 s after its
+    breaker (first) opened and before its cooldown ended, and the latest such start after the
+    opening (None: the breaker never opened, or the cooldown is not known)."""
+    opened = breaker_opened_at(inputs)
+    if opened is None or inputs.cooldown_s is None or inputs.faulted_provider is None:
+        return None
+    at, seen_in = opened
+    start, until = at + STOPPED_WITHIN_S, at + inputs.cooldown_s - OPENING_UNCERTAINTY_S
+    made = [
+        call.started_at
+        for call in inputs.calls
+        if call.provider == inputs.faulted_provider and call.outcome != "skipped"
+    ]
+    late = [started - at for started in made if start < started < until]
+    latest = round(max(late), 2) if late else None
+    # Those within the first second, allowed: how many processes kept calling until they heard.
+    first = sum(at <= started <= start for started in made)
+    return {"provider": inputs.faulted_provider, "opened_at": round(at, 2),
+            "opened_seen_in": seen_in, "from": round(start, 2), "until": round(until, 2),
+            "calls": len(late), "latest_after_open_s": latest, "within_1s": first}  # fmt: skip
+
+
 def percentile(values: Sequence[float], pct: float) -> float:
     """The nearest-rank percentile (0 for no values)."""
     if not values:
@@ -195,6 +261,9 @@ def violations(report: Report, inputs: Inputs) -> list[str]:
         found.append(f"the breaker of {inputs.faulted_provider} never opened")
     if expect.breaker_opens is False and report.breaker_opened:
         found.append(f"the breaker of {inputs.faulted_provider} opened (a false trip)")
+    late = report.late_admissions
+    if expect.breaker_opens is True and late is not None and late["calls"]:
+        found.append(_late_line(report))
     if expect.ledger_exact and report.ledger_ok is False:
         found.append(f"ledger rows {report.ledger} != {report.requests} requests sent")
     if report.skipped:
@@ -284,6 +353,7 @@ def text(report: Report, *, scenario: str, description: str, notes: Sequence[str
         ("served by tier", ", ".join(f"{t} {n}" for t, n in r.tiers.items()) or "-"),
         ("fault / cleared at", f"{_fmt(r.fault_at)} / {_fmt(r.clear_at)}"),
         ("fault -> breaker open", _fmt(r.fault_to_open_s)),
+        ("after open + 1 s", _late_line(r)),
         ("fault -> 99 % next tier", _fmt(r.fault_to_next_tier_s)),
         ("waited more than 2 s", f"{r.waits_over_2s} ({r.answered_within_2s_pct} % within 2 s)"),
         ("p95 / slowest", f"{_fmt(r.p95_s)} / {slowest}"),
@@ -304,6 +374,19 @@ def text(report: Report, *, scenario: str, description: str, notes: Sequence[str
     lines += ["", "who served each second:", *chart(r), ""]
     lines.append("PASSED" if not r.violations else "FAILED: " + "; ".join(r.violations))
     return "\n".join(lines)
+
+
+def _late_line(r: Report) -> str:
+    late = r.late_admissions
+    if late is None:
+        return "- (the breaker never opened, or its cooldown is not known)"
+    latest = late["latest_after_open_s"]
+    return (
+        f"calls to {late['provider']} admitted > 1 s after its breaker opened: {late['calls']}"
+        + (f" (the latest {latest:.2f} s after)" if latest is not None else "")
+        + f"; opened {late['opened_at']:.2f} s ({late['opened_seen_in']}), requests started"
+        f" {late['from']:.2f}-{late['until']:.2f} s; {late['within_1s']} within 1 s of it"
+    )
 
 
 def _ledger_line(r: Report) -> str:

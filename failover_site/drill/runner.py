@@ -154,6 +154,7 @@ def _run(
         "since": since.isoformat(),
         "expected": len(collected.samples),
         "wait_s": options.ledger_wait_s,
+        "origin": collected.started_wall,
     }
     say("reading the ledger and the alerts…")
     if site is not None:
@@ -165,6 +166,7 @@ def _run(
             since=since,
             expected=len(collected.samples),
             wait_s=options.ledger_wait_s,
+            origin=collected.started_wall,
         )
     played_actions = [
         Action(p.at, p.action.target, p.action.op, p.action.changes, p.action.seconds)
@@ -195,6 +197,8 @@ def _run(
         alerts=found["alerts"],
         skipped=collected.skipped,
         expect=scenario.expect,
+        calls=[report.LedgerCall(*call) for call in found["calls"]],
+        cooldown_s=found["cooldown_s"],
     )
     built = report.build(inputs)
     text = report.text(built, scenario=scenario.name, description=scenario.description, notes=notes)

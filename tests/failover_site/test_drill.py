@@ -23,5 +23,8 @@ def test_a_refused_primary_costs_no_client_an_error_and_the_ledger_holds_every_r
     assert built.ledger["ids_missing"] == 0
     assert built.ledger_ok is True
     assert built.tiers.get("secondary", 0) > 0  # traffic moved while the primary refused
+    # Read from the ledger's rows and times: once open, no process called the primary again.
+    assert built.late_admissions is not None
+    assert built.late_admissions["calls"] == 0
     assert built.violations == []
     assert "PASSED" in outcome.text

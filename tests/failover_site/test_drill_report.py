@@ -100,6 +100,73 @@ class TestBreakerAndRecovery:
         assert report.recovery(inputs([ok(6.5)], clear_at=None)) is None
 
 
+def made(started_at: float, outcome: str = "error", provider: str = "ollama-local"):
+    return report.LedgerCall(started_at, started_at + 0.5, provider, outcome, "timeout")
+
+
+def skip(started_at: float, provider: str = "ollama-local") -> report.LedgerCall:
+    return report.LedgerCall(started_at, started_at + 0.01, provider, "skipped", "breaker_open")
+
+
+class TestAdmittedAfterOpen:
+    # The fault at 2 s; the status (one process) says open at 3.0 s; cooldown 5 s.
+    readings = [Reading(2.5, {"ollama-local": "closed"}), Reading(3.0, {"ollama-local": "open"})]
+
+    def late(self, calls, **overrides):
+        values = {"readings": self.readings, "calls": calls, "cooldown_s": 5.0}
+        return report.late_admissions(inputs([ok(1.0)], **{**values, **overrides}))
+
+    def test_calls_made_more_than_a_second_after_the_opening_are_counted_with_the_latest(self):
+        calls = [made(2.9), made(3.9), made(4.1), made(5.5, "cancelled"), made(4.2, "ok")]
+        late = self.late(calls)
+        assert (late["opened_at"], late["opened_seen_in"]) == (3.0, "status")
+        assert (late["calls"], late["latest_after_open_s"]) == (3, 2.5)
+        assert (late["from"], late["until"]) == (4.0, 7.75)
+        assert late["within_1s"] == 1  # 3.9 s, 0.9 s after the opening (2.9 s: before it)
+
+    def test_skips_other_providers_and_probes_after_the_cooldown_are_not_counted(self):
+        calls = [skip(4.5), made(4.5, "ok", "openai-cloud"), made(7.8), made(9.0, "ok")]
+        assert (self.late(calls)["calls"], self.late(calls)["latest_after_open_s"]) == (0, None)
+
+    def test_a_skip_in_any_process_before_the_status_says_open_is_the_opening(self):
+        # Another process skipped it at 2.4 s: a call made at 3.6 s came 1.2 s after.
+        late = self.late([skip(1.5), skip(2.4), made(3.6)])
+        assert (late["opened_at"], late["opened_seen_in"]) == (2.4, "ledger")
+        assert (late["calls"], late["latest_after_open_s"]) == (1, 1.2)
+
+    def test_a_skip_alone_says_the_breaker_opened_when_the_status_was_not_read(self):
+        assert self.late([skip(3.2), made(4.5)], readings=[])["opened_at"] == 3.2
+
+    def test_it_is_not_measured_without_an_opening_or_a_cooldown(self):
+        assert self.late([made(4.5)], readings=[]) is None
+        assert self.late([made(4.5)], cooldown_s=None) is None
+        assert self.late([made(4.5)], faulted_provider=None) is None
+
+    def test_a_late_call_fails_a_scenario_whose_breaker_must_open_and_no_other(self):
+        values = {"readings": self.readings, "calls": [made(4.5)], "cooldown_s": 5.0}
+        failed = report.build(inputs([ok(1.0)], **values, expect=Expect()))
+        assert len(failed.violations) == 1
+        assert failed.violations[0].startswith(
+            "calls to ollama-local admitted > 1 s after its breaker opened: 1 (the latest 1.50 s"
+        )
+        for expect in (Expect(breaker_opens=None), Expect(breaker_opens=False)):
+            built = report.build(inputs([ok(1.0)], **values, expect=expect))
+            assert not any("admitted" in v for v in built.violations)
+        clean = report.build(inputs([ok(1.0)], **{**values, "calls": []}, expect=Expect()))
+        assert clean.violations == []
+
+    def test_the_text_and_the_json_say_it(self):
+        built = report.build(inputs([ok(1.0)], readings=self.readings, calls=[made(4.5)],
+                                    cooldown_s=5.0))  # fmt: skip
+        text = report.text(built, scenario="blackhole", description="d")
+        assert "calls to ollama-local admitted > 1 s after its breaker opened: 1 " in text
+        assert "(the latest 1.50 s after)" in text
+        assert built.to_dict()["late_admissions"]["calls"] == 1
+        unmeasured = report.build(inputs([ok(1.0)]))
+        assert unmeasured.late_admissions is None
+        assert "the breaker never opened" in report.text(unmeasured, scenario="s", description="")
+
+
 class TestTotals:
     def test_client_errors_waits_and_the_slowest(self):
         samples = [
