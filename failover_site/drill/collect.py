@@ -2,8 +2,9 @@
 its requests (waiting, within a bound, for the serving processes to flush them; why each tier
 served them, how each provider's attempts ended, and when each request ran, for the calls
 admitted after a breaker opened), the policy's cooldown, and the alerts raised since the run
-started. Runs in the drill's process against a running gateway's database,
-or inside the embedded gateway's environment (`manage.py shell -c`, `main`).
+started. Runs in the drill's process against a running gateway's database (the drill's own
+`DATABASE_URL` must be the gateway's), or inside the embedded gateway's environment
+(`manage.py shell -c`, `main`).
 """
 
 from __future__ import annotations
@@ -20,8 +21,7 @@ from typing import Any
 from alerts.models import AlertEvent
 from billing.models import CallRecord
 from providers.engine.clients import PREFIX_LENGTH
-from providers.models import ClientApp
-from providers.selectors import policy_get
+from providers.models import ClientApp, FailoverPolicy, Provider
 
 # Ids per query: well under SQLite's limit on a statement's variables.
 _BATCH = 500
@@ -45,7 +45,9 @@ def collect(
     "calls": the attempts of the requests' rows that were made, and those skipped because the
     breaker was open, as [started, done, provider, outcome, reason]: the request's start (the
     row's created_at, made at its end, less its latency_ms) and end in seconds from `origin`
-    (the run's start, epoch s; `since` when not given)."""
+    (the run's start, epoch s; `since` when not given). "key_known": whether this database
+    holds the key's client app (False: most likely not the gateway's database); "timeouts":
+    each provider's timeout in seconds, by name."""
     zero = since.timestamp() if origin is None else origin
     ids = [value for value in (_uuid(raw) for raw in request_ids) if value is not None]
     app = ClientApp.objects.filter(key_prefix=key[:PREFIX_LENGTH]).first()
@@ -62,7 +64,10 @@ def collect(
         )
         waited = time.monotonic() - started
         settled = matched >= len(ids) and (client_rows is None or client_rows >= expected)
-        if settled or waited >= wait_s:
+        # A database that knows neither the key nor any request is not the gateway's: no wait
+        # makes its rows appear.
+        elsewhere = app is None and matched == 0
+        if settled or elsewhere or waited >= wait_s:
             break
         time.sleep(POLL_S)
     reasons: Counter[str] = Counter()
@@ -96,6 +101,7 @@ def collect(
         }
         for event in AlertEvent.objects.filter(created_at__gte=since).order_by("created_at", "id")
     ]
+    timeouts = Provider.objects.values_list("name", "timeout_s")
     return {
         "matched": matched,
         "client_rows": client_rows,
@@ -104,7 +110,9 @@ def collect(
         "reasons": dict(reasons.most_common()),
         "attempts": dict(attempts.most_common()),
         "calls": calls,
-        "cooldown_s": float(policy_get().cooldown_s),
+        "cooldown_s": _cooldown_s(),
+        "key_known": app is not None,
+        "timeouts": {name: float(t) for name, t in timeouts},
         "alerts": alerts,
     }
 
@@ -128,3 +136,12 @@ def main(spec_path: str, out_path: str) -> None:
         origin=spec.get("origin"),
     )
     Path(out_path).write_text(json.dumps(found))
+
+
+def _cooldown_s() -> float:
+    """The policy's breaker cooldown, read without making a policy row where there is none (a
+    database that isn't the gateway's, in URL mode): then the model's default."""
+    row = FailoverPolicy.objects.filter(pk=FailoverPolicy.SINGLETON_ID).only("cooldown_s").first()
+    if row is None:
+        return float(FailoverPolicy._meta.get_field("cooldown_s").get_default())
+    return float(row.cooldown_s)

@@ -24,6 +24,7 @@ from failover_site.drill.scenarios import Action
 # A request that has not finished after this long is a client error (a transport timeout):
 # longer than the policy's default request deadline (30 s) and any provider's timeout.
 REQUEST_TIMEOUT_S = 45.0
+WARM_UP_TIMEOUT_S = 30.0
 STATUS_EVERY_S = 0.25
 PROMPT = "Say hello."
 
@@ -118,6 +119,18 @@ async def run(plan: LoadPlan, play: ActionHook) -> Collected:
         await watcher
     collected.samples.sort(key=lambda sample: sample.sent_at)
     return collected
+
+
+async def ask(url: str, key: str, *, stream: bool) -> Sample:
+    """One request exactly as the load sends it (streamed or not), timed from now: the check
+    that the primary answers before anything is broken."""
+    collected = Collected()
+    start = time.monotonic()
+    async with httpx.AsyncClient(
+        headers={"Authorization": f"Bearer {key}"}, timeout=WARM_UP_TIMEOUT_S, trust_env=False
+    ) as client:
+        await _one(client, url, stream, lambda: time.monotonic() - start, collected)
+    return collected.samples[0]
 
 
 async def _send_all(

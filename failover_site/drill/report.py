@@ -1,4 +1,4 @@
-"""The drill's report: pure arithmetic over the collected samples, and its text.
+"""The drill's report: pure arithmetic over the collected samples (its text: report_text.py).
 
 Times are seconds from the start of the run. "Served by the next tier" is read from when
 answers *came back*, not when requests were sent: a request sent just after the fault that
@@ -24,8 +24,6 @@ NEXT_TIER_SHARE = 0.99
 # answers, so a lone late answer doesn't count as traffic having moved.
 NEXT_TIER_MIN_ANSWERS = 5
 OPEN_STATES = ("open",)
-CHART_WIDTH = 40
-TIER_MARKS = {"primary": "P", "secondary": "S", "cache": "C", "static": "T", "degraded": "D"}
 # Once a breaker has opened through one process, the others stop calling it within this.
 STOPPED_WITHIN_S = 1.0
 # The opening is known this late at most (a status reading every 0.25 s): its cooldown's end is
@@ -79,6 +77,9 @@ class Inputs:
     # The ledger's attempts that were made or skipped as breaker_open, and the policy's cooldown.
     calls: Sequence[LedgerCall] = ()
     cooldown_s: float | None = None
+    # The faulted provider's timeout (s; None: not known): a request that took this long waited
+    # it out.
+    faulted_timeout_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,9 @@ class Report:
     breaker_closed_after_clear_s: float | None
     # The faulted provider's calls admitted > 1 s after its breaker opened (None: not measured).
     late_admissions: dict[str, Any] | None
+    # Requests sent from the fault on that took the faulted provider's full timeout or longer
+    # (None: its timeout is not known, or nothing is faulted).
+    full_timeout_waits: int | None
     alerts: list[dict[str, Any]]
     ledger: dict[str, Any] | None
     ledger_ok: bool | None
@@ -145,6 +149,7 @@ def build(inputs: Inputs) -> Report:
         recovery_s=recovery(inputs),
         breaker_closed_after_clear_s=_since(closed_at, inputs.clear_at),
         late_admissions=late_admissions(inputs),
+        full_timeout_waits=full_timeout_waits(inputs),
         alerts=list(inputs.alerts),
         ledger=asdict(inputs.ledger) if inputs.ledger is not None else None,
         ledger_ok=ledger_ok,
@@ -166,9 +171,11 @@ def per_second(samples: Sequence[Sample]) -> list[dict[str, int]]:
 
 
 def fault_to_next_tier(inputs: Inputs) -> float | None:
-    """From the fault to the first answer after which, until the fault (first) cleared, at
-    least 99 % of the answers came from the next tier (None: never, or no next tier is
-    meant)."""
+    """From the fault to the first answer from the next tier after which, until the fault
+    (first) cleared, at least 99 % of the answers came from the next tier (None: never, or no
+    next tier is meant). It starts with a next-tier answer: the few answers to requests in flight
+    before the fault, followed by silence while the rest wait out a timeout, are not traffic
+    having moved."""
     if inputs.next_tiers is None or inputs.fault_at is None:
         return None
     clear = inputs.first_clear_at if inputs.first_clear_at is not None else inputs.clear_at
@@ -184,7 +191,7 @@ def fault_to_next_tier(inputs: Inputs) -> float | None:
     for index in range(len(window) - 1, -1, -1):
         good += on_next[index]
         count = len(window) - index
-        if count >= NEXT_TIER_MIN_ANSWERS and good >= NEXT_TIER_SHARE * count:
+        if on_next[index] and count >= NEXT_TIER_MIN_ANSWERS and good >= NEXT_TIER_SHARE * count:
             found = window[index].done_at
     return _since(found, inputs.fault_at)
 
@@ -242,6 +249,17 @@ def late_admissions(inputs: Inputs) -> dict[str, Any] | None:
             "calls": len(late), "latest_after_open_s": latest, "within_1s": first}  # fmt: skip
 
 
+def full_timeout_waits(inputs: Inputs) -> int | None:
+    """The requests sent from the fault on that took at least the faulted provider's timeout:
+    they waited it out instead of being moved on."""
+    if inputs.faulted_timeout_s is None or inputs.fault_at is None:
+        return None
+    return sum(
+        s.sent_at >= inputs.fault_at and s.latency_s >= inputs.faulted_timeout_s
+        for s in inputs.samples
+    )
+
+
 def percentile(values: Sequence[float], pct: float) -> float:
     """The nearest-rank percentile (0 for no values)."""
     if not values:
@@ -263,11 +281,45 @@ def violations(report: Report, inputs: Inputs) -> list[str]:
         found.append(f"the breaker of {inputs.faulted_provider} opened (a false trip)")
     late = report.late_admissions
     if expect.breaker_opens is True and late is not None and late["calls"]:
-        found.append(_late_line(report))
+        found.append(late_line(report))
+    found.extend(_target_violations(report, inputs))
     if expect.ledger_exact and report.ledger_ok is False:
         found.append(f"ledger rows {report.ledger} != {report.requests} requests sent")
     if report.skipped:
         found.append(f"{report.skipped} requests not sent: the bound on requests in flight")
+    return found
+
+
+def _target_violations(report: Report, inputs: Inputs) -> list[str]:
+    """The issue's targets the scenario holds the run to (Expect's `min_within_2s_pct`,
+    `next_tier_within_s`, `no_full_timeout`)."""
+    expect, found = inputs.expect, []
+    if expect.min_within_2s_pct is not None and report.answered_within_2s_pct < (
+        expect.min_within_2s_pct
+    ):
+        found.append(
+            f"{report.answered_within_2s_pct} % answered within 2 s "
+            f"(at least {expect.min_within_2s_pct:g} % expected)"
+        )
+    measurable = inputs.next_tiers is not None and inputs.fault_at is not None
+    if expect.next_tier_within_s is not None and measurable:
+        moved = report.fault_to_next_tier_s
+        if moved is None or moved > expect.next_tier_within_s:
+            when = "never" if moved is None else f"after {moved:.2f} s"
+            found.append(
+                f"traffic moved to the next tier {when} "
+                f"(within {expect.next_tier_within_s:g} s of the fault expected)"
+            )
+    if expect.no_full_timeout and inputs.faulted_provider and inputs.fault_at is not None:
+        waits = report.full_timeout_waits
+        if waits is None:
+            found.append(f"the timeout of {inputs.faulted_provider} is not known: no request "
+                         "may wait it out, and that could not be checked")  # fmt: skip
+        elif waits:
+            found.append(
+                f"{waits} requests waited the full {inputs.faulted_timeout_s:g} s timeout of "
+                f"{inputs.faulted_provider} (none expected)"
+            )
     return found
 
 
@@ -307,76 +359,7 @@ def _slowest(samples: Sequence[Sample]) -> dict[str, Any] | None:
     }
 
 
-def _fmt(value: float | None, unit: str = " s") -> str:
-    return "-" if value is None else f"{value:.2f}{unit}"
-
-
-def chart(report: Report) -> list[str]:
-    """One line per second: a bar of who served (P primary, S secondary, C cache, T static,
-    D degraded, x client error), scaled to the busiest second, and the counts."""
-    top = max((sum(second.values()) for second in report.per_second), default=0)
-    lines = []
-    for at, second in enumerate(report.per_second):
-        total = sum(second.values())
-        bar = ""
-        for tier, count in sorted(second.items(), key=lambda item: _tier_order(item[0])):
-            bar += TIER_MARKS.get(tier, "x") * round(CHART_WIDTH * count / top) if top else ""
-        mark = ""
-        if report.fault_at is not None and int(report.fault_at) == at:
-            mark = "  <- fault"
-        if report.clear_at is not None and int(report.clear_at) == at:
-            mark += "  <- cleared"
-        counts = " ".join(
-            f"{tier} {n}" for tier, n in sorted(second.items(), key=lambda i: _tier_order(i[0]))
-        )
-        lines.append(f"  {at:>3} s |{bar:<{CHART_WIDTH}}| {total:>4}  {counts}{mark}")
-    return lines
-
-
-def _tier_order(tier: str) -> int:
-    order = [*TIER_MARKS, "error"]
-    return order.index(tier) if tier in order else len(order)
-
-
-def text(report: Report, *, scenario: str, description: str, notes: Sequence[str] = ()) -> str:
-    r = report
-    errors = ", ".join(f"{kind} {n}" for kind, n in r.errors_by_kind.items()) or "none"
-    sent = f"{r.requests}" + (f" ({r.skipped} not sent: in-flight bound)" if r.skipped else "")
-    slowest = "-"
-    if r.slowest:
-        slowest = f"{r.slowest['latency_s']:.2f} s (sent at {r.slowest['sent_at']} s, "
-        slowest += f"{r.slowest['tier'] or r.slowest['status']})"
-    recovery = f"{_fmt(r.recovery_s)} (breaker closed {_fmt(r.breaker_closed_after_clear_s)} after)"
-    rows = [
-        ("requests sent", sent),
-        ("client errors", f"{r.client_errors} ({errors})"),
-        ("served by tier", ", ".join(f"{t} {n}" for t, n in r.tiers.items()) or "-"),
-        ("fault / cleared at", f"{_fmt(r.fault_at)} / {_fmt(r.clear_at)}"),
-        ("fault -> breaker open", _fmt(r.fault_to_open_s)),
-        ("after open + 1 s", _late_line(r)),
-        ("fault -> 99 % next tier", _fmt(r.fault_to_next_tier_s)),
-        ("waited more than 2 s", f"{r.waits_over_2s} ({r.answered_within_2s_pct} % within 2 s)"),
-        ("p95 / slowest", f"{_fmt(r.p95_s)} / {slowest}"),
-        ("recovery after clear", recovery),
-        ("alerts raised", str(len(r.alerts))),
-    ]
-    lines = [f"Drill: {scenario}", f"  {description}", *(f"  note: {n}" for n in notes), ""]
-    lines += [f"{label:<24} {value}" for label, value in rows]
-    lines += [
-        f"    {a.get('at', '')} s  {a.get('severity', '')}  {a.get('title', '')}" for a in r.alerts
-    ]
-    lines.append(f"{'ledger':<24} {_ledger_line(r)}")
-    if r.ledger:
-        for title, counts in (("why", r.ledger["reasons"]), ("attempts", r.ledger["attempts"])):
-            lines.append(
-                f"  {title:<22} " + (", ".join(f"{k} {n}" for k, n in counts.items()) or "-")
-            )
-    lines += ["", "who served each second:", *chart(r), ""]
-    lines.append("PASSED" if not r.violations else "FAILED: " + "; ".join(r.violations))
-    return "\n".join(lines)
-
-
-def _late_line(r: Report) -> str:
+def late_line(r: Report) -> str:
     late = r.late_admissions
     if late is None:
         return "- (the breaker never opened, or its cooldown is not known)"
@@ -387,12 +370,3 @@ def _late_line(r: Report) -> str:
         + f"; opened {late['opened_at']:.2f} s ({late['opened_seen_in']}), requests started"
         f" {late['from']:.2f}-{late['until']:.2f} s; {late['within_1s']} within 1 s of it"
     )
-
-
-def _ledger_line(r: Report) -> str:
-    if r.ledger is None:
-        return "not read"
-    line = f"{r.ledger['matched']} rows matched of {r.requests} sent"
-    if r.ledger["client_rows"] is not None:
-        line += f", {r.ledger['client_rows']} rows of the drill's client"
-    return line + f" (waited {r.ledger['waited_s']:.1f} s): {'ok' if r.ledger_ok else 'MISMATCH'}"

@@ -5,15 +5,19 @@ and the alerts read back, and the report."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+import signal
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from types import FrameType
 from typing import Any
 
 import httpx
 
 from failover_site.drill import collect as ledger_collect
-from failover_site.drill import load, report
+from failover_site.drill import load, report, report_text
 from failover_site.drill.embedded import EmbeddedSite
 from failover_site.drill.scenarios import (
     PRIMARY,
@@ -29,6 +33,8 @@ from failover_site.drill.scenarios import (
 # `--policy cooldown_s=60 --policy flap_window_s=60` puts them back.
 EMBEDDED_POLICY: dict[str, Any] = {"cooldown_s": 5, "flap_window_s": 10}
 CONTROL_TIMEOUT_S = 5.0
+# The exit status of a drill stopped by SIGTERM (128 + the signal's number, as a shell says).
+TERMINATED_EXIT = 128 + signal.SIGTERM
 
 
 class DrillError(RuntimeError):
@@ -65,6 +71,33 @@ class Outcome:
 
 
 def execute(options: Options, say: Callable[[str], None] = lambda _: None) -> Outcome:
+    """Run the drill. While it runs, SIGTERM ends it as an exception would, so the embedded
+    gateway's processes (each in a session of its own, out of reach of the signal sent to the
+    drill's group) are stopped on the way out."""
+    with sigterm_as_exit():
+        return _execute(options, say)
+
+
+@contextlib.contextmanager
+def sigterm_as_exit() -> Iterator[None]:
+    """SIGTERM raises SystemExit(143) within the block (Python's default would end the process
+    without running `finally`); the previous handler is put back after. In the main thread only,
+    where signal handlers live; elsewhere a no-op."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminated(signum: int, frame: FrameType | None) -> None:
+        raise SystemExit(TERMINATED_EXIT)
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _execute(options: Options, say: Callable[[str], None]) -> Outcome:
     scenario = SCENARIOS.get(options.scenario)
     if scenario is None:
         raise DrillError(f"no scenario {options.scenario!r}; one of {', '.join(SCENARIOS)}")
@@ -125,11 +158,16 @@ def _run(
     rate: float,
     duration: float,
 ) -> Outcome:
-    for url in fake_urls.values():
-        httpx.post(f"{url}/_control/reset", timeout=CONTROL_TIMEOUT_S, trust_env=False)
-    first = _ask(urls[0], key, stream=scenario.stream)
-    if first.get("tier") != PRIMARY:
-        notes.append(f"before the fault the first request was answered by {first}")
+    for role, url in fake_urls.items():
+        _reset_fake(role, url)
+    first = asyncio.run(load.ask(urls[0], key, stream=scenario.stream))
+    if first.status is None:
+        raise DrillError(f"the gateway at {urls[0]} did not answer: {first.error}")
+    if not first.ok or first.tier != PRIMARY:
+        notes.append(
+            f"before the fault the first request was answered by {first.tier or '-'} "
+            f"(HTTP {first.status}{', ' + first.error if first.error else ''})"
+        )
     plan = load.LoadPlan(
         urls=urls,
         key=key,
@@ -177,6 +215,24 @@ def _run(
     named = {"primary": order[0] if order else "", "secondary": order[1] if len(order) > 1 else ""}
     named.update(roles)
     faulted = named.get(scenario.faulted) or None
+    if site is None and not found["key_known"] and found["matched"] == 0:
+        # The database the drill read knows neither its key nor its requests: not the gateway's.
+        notes.append(
+            "ledger, alerts and timeouts not checked: the database this drill reads "
+            "(its DATABASE_URL) knows neither its client key nor any of its requests; run it "
+            "with the gateway's DATABASE_URL"
+        )
+        found = {**found, "alerts": [], "calls": [], "cooldown_s": None, "timeouts": {}}
+        ledger: report.Ledger | None = None
+    else:
+        ledger = report.Ledger(
+            matched=found["matched"],
+            client_rows=found["client_rows"],
+            waited_s=found["waited_s"],
+            ids_missing=found["ids_missing"],
+            reasons=found["reasons"],
+            attempts=found["attempts"],
+        )
     inputs = report.Inputs(
         samples=collected.samples,
         readings=collected.readings,
@@ -186,43 +242,33 @@ def _run(
         fault_at=window.start,
         clear_at=window.last_clear,
         first_clear_at=window.first_clear,
-        ledger=report.Ledger(
-            matched=found["matched"],
-            client_rows=found["client_rows"],
-            waited_s=found["waited_s"],
-            ids_missing=found["ids_missing"],
-            reasons=found["reasons"],
-            attempts=found["attempts"],
-        ),
+        ledger=ledger,
         alerts=found["alerts"],
         skipped=collected.skipped,
         expect=scenario.expect,
         calls=[report.LedgerCall(*call) for call in found["calls"]],
         cooldown_s=found["cooldown_s"],
+        faulted_timeout_s=found["timeouts"].get(faulted) if faulted else None,
     )
     built = report.build(inputs)
-    text = report.text(built, scenario=scenario.name, description=scenario.description, notes=notes)
+    text = report_text.text(
+        built, scenario=scenario.name, description=scenario.description, notes=notes
+    )
     return Outcome(built, text, scenario, notes)
 
 
-def _ask(url: str, key: str, *, stream: bool) -> dict[str, Any]:
-    headers = {"Authorization": f"Bearer {key}"}
+def _reset_fake(role: str, url: str) -> None:
+    """Clear any fault left on a fake provider; a fake that can't be reached or won't reset
+    means the drill can't be run."""
     try:
-        if stream:
-            body = {"model": "auto", "messages": [{"role": "user", "content": "Hi."}]}
-            response = httpx.post(f"{url}/v1/chat/completions", json=body, headers=headers,
-                                  timeout=30, trust_env=False)  # fmt: skip
-            return {"status": response.status_code, "tier": response.headers.get("x-failover-tier")}
-        response = httpx.post(f"{url}/api/v1/complete", json={"prompt": "Hi."}, headers=headers,
-                              timeout=30, trust_env=False)  # fmt: skip
-        body = (
-            response.json()
-            if response.headers.get("content-type", "").startswith("application/json")
-            else {}
-        )
-        return {"status": response.status_code, "tier": body.get("tier")}
+        response = httpx.post(f"{url}/_control/reset", timeout=CONTROL_TIMEOUT_S, trust_env=False)
     except httpx.HTTPError as exc:
-        raise DrillError(f"the gateway at {url} did not answer: {exc!r}") from None
+        raise DrillError(f"the {role}'s fake provider at {url} did not answer: {exc!r}") from None
+    if not response.is_success:
+        raise DrillError(
+            f"the {role}'s fake provider at {url} answered its reset with HTTP "
+            f"{response.status_code}: is it the project's fake provider?"
+        )
 
 
 def _player(fake_urls: dict[str, str], site: EmbeddedSite | None) -> load.ActionHook:

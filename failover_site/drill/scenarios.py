@@ -44,6 +44,16 @@ class Expect:
     # streams are reported, and allowed when this is True.
     broken_streams_allowed: bool = False
     ledger_exact: bool = True
+    # The issue's targets for a hung (or refusing) primary: at least this share of the requests
+    # answered within 2 s (%), traffic on the next tier within this many seconds of the fault,
+    # and no request sent after the fault waiting out the faulted provider's whole timeout.
+    min_within_2s_pct: float | None = None
+    next_tier_within_s: float | None = None
+    no_full_timeout: bool = False
+
+
+# Issue #13's targets for the black-holed primary ("the 3 a.m. scenario").
+FAILOVER_TARGETS = Expect(min_within_2s_pct=95.0, next_tier_within_s=2.0, no_full_timeout=True)
 
 
 @dataclass(frozen=True)
@@ -81,11 +91,15 @@ SCENARIOS: dict[str, Scenario] = {
             "The primary's port refuses connections (its listener closed, open connections "
             "dropped), then listens again.",
             refuse=(PRIMARY,),
+            expect=FAILOVER_TARGETS,
         ),
         Scenario(
             "blackhole",
-            "The primary accepts and never answers (hang) until the fault clears.",
+            "The primary accepts and never answers (hang) until the fault clears: within 2 s "
+            "of the fault traffic is on the secondary, 95 % of the requests are answered "
+            "within 2 s and none waits out the primary's timeout.",
             faults={PRIMARY: {"mode": "hang"}},
+            expect=FAILOVER_TARGETS,
         ),
         Scenario(
             "slow",
@@ -94,6 +108,8 @@ SCENARIOS: dict[str, Scenario] = {
             faults={PRIMARY: {"mode": "slow", "delay_ms": 9000}},
             duration_s=40.0,
             fault_for_s=20.0,
+            # A call still waiting past its stuck threshold moves traffic on as a hang does.
+            expect=Expect(next_tier_within_s=2.0),
         ),
         Scenario(
             "flapping",

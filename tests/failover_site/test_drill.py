@@ -26,5 +26,8 @@ def test_a_refused_primary_costs_no_client_an_error_and_the_ledger_holds_every_r
     # Read from the ledger's rows and times: once open, no process called the primary again.
     assert built.late_admissions is not None
     assert built.late_admissions["calls"] == 0
+    # The targets, measured: the primary's timeout was read back, none waited it out.
+    assert built.full_timeout_waits == 0
+    assert built.fault_to_next_tier_s is not None and built.fault_to_next_tier_s <= 2
     assert built.violations == []
     assert "PASSED" in outcome.text

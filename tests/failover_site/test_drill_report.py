@@ -1,12 +1,14 @@
-"""The drill's arithmetic over collected samples, and its schedule: pure functions, no I/O."""
+"""The drill's arithmetic over collected samples, its text, and its schedule: pure functions, no
+I/O."""
 
 from __future__ import annotations
 
 import pytest
 
-from failover_site.drill import report
+from failover_site.drill import report, report_text
 from failover_site.drill.load import Reading, Sample
 from failover_site.drill.scenarios import (
+    FAILOVER_TARGETS,
     SCENARIOS,
     Action,
     Expect,
@@ -55,6 +57,14 @@ class TestNextTier:
             ok(5.9, 0.01, "secondary")
         ]
         assert report.fault_to_next_tier(inputs(samples)) is None
+
+    def test_answers_to_requests_in_flight_at_the_fault_then_silence_are_not_traffic_moved(self):
+        # A primary answer just after the fault, then 100 secondary answers after a 15 s wait:
+        # 100 of 101 is 99 %, but traffic moved when the secondary first answered.
+        samples = [ok(1.95, 0.07)]
+        samples += [ok(2.0 + i / 100, 15.0, "secondary") for i in range(100)]
+        found = report.fault_to_next_tier(inputs(samples, clear_at=None))
+        assert found == pytest.approx(15.0, abs=0.01)
 
     def test_client_errors_do_not_count_as_served_by_the_next_tier(self):
         samples = [Sample(2.0 + i / 10, 0.01, 502, tier="secondary") for i in range(20)]
@@ -158,13 +168,15 @@ class TestAdmittedAfterOpen:
     def test_the_text_and_the_json_say_it(self):
         built = report.build(inputs([ok(1.0)], readings=self.readings, calls=[made(4.5)],
                                     cooldown_s=5.0))  # fmt: skip
-        text = report.text(built, scenario="blackhole", description="d")
+        text = report_text.text(built, scenario="blackhole", description="d")
         assert "calls to ollama-local admitted > 1 s after its breaker opened: 1 " in text
         assert "(the latest 1.50 s after)" in text
         assert built.to_dict()["late_admissions"]["calls"] == 1
         unmeasured = report.build(inputs([ok(1.0)]))
         assert unmeasured.late_admissions is None
-        assert "the breaker never opened" in report.text(unmeasured, scenario="s", description="")
+        assert "the breaker never opened" in report_text.text(
+            unmeasured, scenario="s", description=""
+        )
 
 
 class TestTotals:
@@ -201,8 +213,8 @@ class TestTotals:
 
     def test_the_chart_marks_the_fault_and_scales_to_the_busiest_second(self):
         samples = [ok(0.1 + i / 20) for i in range(10)] + [ok(2.1, tier="secondary")]
-        lines = report.chart(report.build(inputs(samples)))
-        assert lines[0].count("P") == report.CHART_WIDTH
+        lines = report_text.chart(report.build(inputs(samples)))
+        assert lines[0].count("P") == report_text.CHART_WIDTH
         assert "S" * 4 in lines[2] and lines[2].endswith("<- fault")
 
 
@@ -245,9 +257,81 @@ class TestExpectations:
 
     def test_the_text_says_passed_or_what_failed(self):
         built = report.build(inputs([ok(0.1), Sample(0.2, 0.1, 500)]))
-        text = report.text(built, scenario="refused", description="d")
+        text = report_text.text(built, scenario="refused", description="d")
         assert text.splitlines()[-1] == "FAILED: 1 client errors (at most 0 expected)"
         assert "2 rows matched of 2 sent" in text
+
+
+def the_night(*, stuck_wait_s: float, timeout_s: float = 15.0, open_at: float) -> report.Inputs:
+    """Issue #13's night: 50 requests a second for 20 s, the primary black-holed at 4.9 s; the
+    requests from then on wait `stuck_wait_s` on it, then the secondary answers."""
+    samples = [
+        ok(i / 50) if i / 50 < 4.9 else ok(i / 50, stuck_wait_s, "secondary") for i in range(1000)
+    ]
+    return inputs(
+        samples,
+        fault_at=4.9,
+        clear_at=None,
+        readings=[
+            Reading(4.75, {"ollama-local": "closed"}),
+            Reading(open_at, {"ollama-local": "open"}),
+        ],
+        expect=SCENARIOS["blackhole"].expect,
+        faulted_timeout_s=timeout_s,
+    )
+
+
+class TestTheIssuesTargets:
+    def test_the_failing_night_fails_every_target_though_no_client_saw_an_error(self):
+        # 754 of 1,000 requests waited the primary's full 15 s; traffic moved after 15 s.
+        built = report.build(the_night(stuck_wait_s=15.05, open_at=19.5))
+        assert (built.requests, built.client_errors, built.full_timeout_waits) == (1000, 0, 755)
+        assert built.violations == [
+            "24.5 % answered within 2 s (at least 95 % expected)",
+            "traffic moved to the next tier after 15.05 s (within 2 s of the fault expected)",
+            "755 requests waited the full 15 s timeout of ollama-local (none expected)",
+        ]
+        text = report_text.text(built, scenario="blackhole", description="d")
+        assert text.splitlines()[-1].startswith("FAILED: 24.5 % answered within 2 s")
+        assert "waited a full timeout    755" in text
+
+    def test_a_night_moved_on_within_a_second_passes(self):
+        # The stuck calls are found and moved on 1.1 s after they were sent.
+        built = report.build(the_night(stuck_wait_s=1.1, open_at=5.75))
+        assert built.answered_within_2s_pct == 100.0
+        assert built.fault_to_next_tier_s is not None and built.fault_to_next_tier_s < 2
+        assert built.full_timeout_waits == 0
+        assert built.violations == []
+        assert report_text.text(built, scenario="blackhole", description="d").endswith("PASSED")
+
+    def test_traffic_that_never_moves_fails_the_next_tier_target(self):
+        samples = [ok(i / 10) for i in range(100)]  # the primary keeps answering
+        built = report.build(
+            inputs(samples, expect=Expect(breaker_opens=None, next_tier_within_s=2.0))
+        )
+        assert built.violations == [
+            "traffic moved to the next tier never (within 2 s of the fault expected)"
+        ]
+
+    def test_a_wait_the_timeout_cannot_be_checked_against_fails_closed(self):
+        built = report.build(the_night(stuck_wait_s=1.1, open_at=5.75, timeout_s=None))
+        assert built.full_timeout_waits is None
+        assert built.violations == [
+            "the timeout of ollama-local is not known: no request may wait it out, and that "
+            "could not be checked"
+        ]
+
+    def test_requests_sent_before_the_fault_do_not_count_as_waiting_it_out(self):
+        samples = [ok(1.0, 16.0, "primary"), ok(3.0, 15.0, "secondary"), ok(4.0, 0.5, "secondary")]
+        assert report.full_timeout_waits(inputs(samples, faulted_timeout_s=15.0)) == 1
+        assert report.full_timeout_waits(inputs(samples)) is None
+
+    def test_blackhole_and_refused_hold_the_targets_and_slow_the_move_to_the_next_tier(self):
+        assert SCENARIOS["blackhole"].expect == SCENARIOS["refused"].expect == FAILOVER_TARGETS
+        assert FAILOVER_TARGETS.min_within_2s_pct == 95.0
+        assert FAILOVER_TARGETS.next_tier_within_s == 2.0 and FAILOVER_TARGETS.no_full_timeout
+        assert SCENARIOS["slow"].expect.next_tier_within_s == 2.0
+        assert SCENARIOS["slow_normal"].expect.min_within_2s_pct is None
 
 
 class TestTimeline:

@@ -6,8 +6,10 @@
         --fake-url http://staging-fake-primary:11434 --fake-url http://staging-fake-secondary:11435
 
 Exits 0 when the run met the scenario's expectations, 1 when it did not (client errors, a
-ledger that does not reconcile, a breaker that did not open or opened when it must not), 2 when
-the drill could not be run. The logic is in failover_site/drill/.
+ledger that does not reconcile, a breaker that did not open or opened when it must not, traffic
+that moved on too late), 2 when the drill could not be run (bad options included; argparse's own
+usage errors exit 2 as well), 143 when it was stopped by SIGTERM. The logic is in
+failover_site/drill/.
 """
 
 from __future__ import annotations
@@ -16,11 +18,16 @@ import json
 import os
 from typing import Any
 
+from django.core.exceptions import FieldDoesNotExist
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from failover_site.drill.embedded import DrillSetupError
 from failover_site.drill.runner import DrillError, Options, execute
 from failover_site.drill.scenarios import SCENARIOS
+from providers.models import FailoverPolicy
+
+# "The drill could not be run": CommandError's own default (1) means "expectations broken" here.
+CANNOT_RUN = 2
 
 
 class Command(BaseCommand):
@@ -69,10 +76,17 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="The report as JSON.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if options["rate"] is not None and options["rate"] <= 0:
-            raise CommandError("--rate must be above 0")
+        for name in ("rate", "duration", "fault_for"):
+            if options[name] is not None and options[name] <= 0:
+                raise CommandError(
+                    f"--{name.replace('_', '-')} must be above 0", returncode=CANNOT_RUN
+                )
+        if options["fault_at"] is not None and options["fault_at"] < 0:
+            raise CommandError("--fault-at must be 0 or more", returncode=CANNOT_RUN)
         if options["concurrency"] < 1 or options["processes"] < 1:
-            raise CommandError("--concurrency and --processes must be at least 1")
+            raise CommandError(
+                "--concurrency and --processes must be at least 1", returncode=CANNOT_RUN
+            )
         run = Options(
             scenario=options["scenario"],
             urls=[url.rstrip("/") for url in options["url"]],
@@ -90,7 +104,9 @@ class Command(BaseCommand):
             keep=options["keep"],
         )
         if run.urls and not run.key:
-            raise CommandError("--url needs a client key: --key or $FAILOVER_API_KEY")
+            raise CommandError(
+                "--url needs a client key: --key or $FAILOVER_API_KEY", returncode=CANNOT_RUN
+            )
         quiet = options["json"]
 
         def say(line: str) -> None:
@@ -100,8 +116,7 @@ class Command(BaseCommand):
         try:
             outcome = execute(run, say=say)
         except (DrillError, DrillSetupError) as exc:
-            self.stderr.write(str(exc))
-            raise SystemExit(2) from None
+            raise CommandError(str(exc), returncode=CANNOT_RUN) from None
         self.stdout.write(json.dumps(outcome.to_dict(), indent=2) if quiet else outcome.text)
         if outcome.report.violations:
             raise SystemExit(1)
@@ -110,7 +125,12 @@ class Command(BaseCommand):
 def _policy_value(item: str) -> tuple[str, Any]:
     name, sep, raw = item.partition("=")
     if not sep or not name:
-        raise CommandError(f"--policy {item!r}: FIELD=VALUE expected")
+        raise CommandError(f"--policy {item!r}: FIELD=VALUE expected", returncode=CANNOT_RUN)
+    try:
+        FailoverPolicy._meta.get_field(name)
+    except FieldDoesNotExist:
+        raise CommandError(f"--policy {item!r}: the policy has no field {name!r}",
+                           returncode=CANNOT_RUN) from None  # fmt: skip
     try:
         value = json.loads(raw)
     except ValueError:
