@@ -15,6 +15,7 @@ from django.db.models import Q, Sum
 
 from alerts.estimate import Outage, earliest, recovery_estimate
 from billing.models import CallRecord
+from billing.retention import day_start, local_day
 from billing.selectors import cloud_q
 from providers.models import FailoverPolicy, Incident, Provider
 
@@ -78,11 +79,12 @@ def recovery_outlook(outages: Sequence[Outage], *, now: float) -> Outlook:
 
 
 def cloud_spend_today_and_month(policy: FailoverPolicy, now: datetime) -> tuple[Decimal, Decimal]:
-    """What cloud providers cost today and this month, in the policy's time zone (and its
-    currency, the providers' prices): the ledger's "answered by a cloud provider" (`cloud_q`)."""
-    local = now.astimezone(ZoneInfo(policy.time_zone))
-    day = local.replace(hour=0, minute=0, second=0, microsecond=0)
-    month = day.replace(day=1)
+    """What cloud providers cost today and this month, the reports' days in the policy's time
+    zone (`billing.retention` `local_day`, `day_start`), in its currency: the ledger's
+    "answered by a cloud provider" (`cloud_q`)."""
+    zone = ZoneInfo(policy.time_zone)
+    today = local_day(now, zone)
+    day, month = day_start(today, zone), day_start(today.replace(day=1), zone)
     spent = (
         CallRecord.objects.filter(cloud_q(), created_at__gte=month)
         .filter(~Q(cost=0))

@@ -11,7 +11,8 @@ from django.contrib.auth.models import Permission
 
 from billing.models import Budget, CallRecord
 from providers.engine.clients import key_digest
-from providers.models import ClientApp, Provider, StaticAnswer
+from providers.models import ClientApp, FailoverPolicy, Provider, StaticAnswer
+from providers.selectors import policy_get
 
 _sequence = itertools.count(1)
 
@@ -102,3 +103,9 @@ def make_user(*, username: str | None = None, staff: bool = True, perms: tuple[s
             Permission.objects.get(content_type__app_label=app_label, codename=codename)
         )
     return user
+
+
+def policy_set(**values: Any) -> None:
+    """Change the stored policy behind the services' back (another operator, a shell)."""
+    policy_get()
+    FailoverPolicy.objects.filter(pk=FailoverPolicy.SINGLETON_ID).update(**values)

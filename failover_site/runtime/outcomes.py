@@ -29,7 +29,7 @@ logger = logging.getLogger(__name__)
 _ALERTS = {kind.value: rule.alert for kind, rule in ERROR_TABLE.items() if rule.alert}
 
 
-def note_trouble(result: RouteResult, gateway: Gateway | None = None) -> None:
+def note_trouble(result: RouteResult, gateway: Gateway) -> None:
     """Hand what an operator must hear about to the alerts, off the request's path and at most
     once per key every few seconds from this process."""
     if result.tier == "primary" and len(result.attempts) == 1:
@@ -75,19 +75,17 @@ async def outages_of(gateway: Gateway, names: Iterable[str]) -> list[Outage]:
 OUTAGE_SETTLE_S = 1.0
 
 
-async def _static_tier(result: RouteResult, gateway: Gateway | None) -> None:
+async def _static_tier(result: RouteResult, gateway: Gateway) -> None:
     outages: list[Outage] = []
-    if gateway is not None:
-        names = [attempt.provider for attempt in result.attempts]
-        try:
+    names = [attempt.provider for attempt in result.attempts]
+    try:
+        outages = await outages_of(gateway, names)
+        if not outages and any(a.outcome == "error" for a in result.attempts):
+            await asyncio.sleep(OUTAGE_SETTLE_S)
             outages = await outages_of(gateway, names)
-            if not outages and any(a.outcome == "error" for a in result.attempts):
-                await asyncio.sleep(OUTAGE_SETTLE_S)
-                outages = await outages_of(gateway, names)
-        except Exception:  # the shared state unreachable: the alert goes out without it
-            logger.exception("the breakers could not be read for the recovery estimate")
-    now = gateway.clock.wall() if gateway is not None else None
-    await _raise(static_tier_active, result.reason, outages, now=now)
+    except Exception:  # the shared state unreachable: the alert goes out without it
+        logger.exception("the breakers could not be read for the recovery estimate")
+    await _raise(static_tier_active, result.reason, outages, now=gateway.clock.wall())
 
 
 def record_call(

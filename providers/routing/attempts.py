@@ -21,7 +21,6 @@ from providers.engine.budgets import (
 )
 from providers.engine.config import ProviderConfig
 from providers.engine.health import health_skip
-from providers.routing.breaker_watch import note_latency
 from providers.routing.budget_holds import hold, later, release_later, reservation
 from providers.routing.settling import call_ended, settle
 from providers.routing.stuck import MovedOn, StuckGuard, stall_counter
@@ -199,7 +198,7 @@ async def attempt(
             value = await (call if cancel is None else unless_cancelled(call, cancel))
         if isinstance(value, CompletionStream):
             stream = value
-            note_latency(ports, name, "first_token", ports.clock.mono() - ticket.started)
+            ports.stuck.note(name, "first_token", ports.clock.mono() - ticket.started)
             # After the first token, a pause longer than the provider's usual longest is a stall.
             gap_s = ports.stuck.threshold(name, "gap", walk.policy)
             stream.watch_pauses(gap_s, stall_counter(walk, ticket))

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import Protocol
 
 from providers.engine import breaker
 from providers.engine.breaker import BreakerState, Mode, State
@@ -62,11 +61,6 @@ def gave_up(admitted: BreakerState, heard: BreakerState) -> bool:
     return heard.state == State.HALF_OPEN and heard.version != admitted.version
 
 
-class _HasStuck(Protocol):
-    @property
-    def stuck(self) -> StuckWatch: ...
-
-
 class StuckWatch:
     """The breakers as this process last heard them, the calls listening to them, and the
     providers' recent latencies."""
@@ -79,6 +73,11 @@ class StuckWatch:
 
     def threshold(self, name: str, kind: str, policy: PolicyConfig) -> float:
         return breaker.stuck_after(self.latencies.p99(f"{kind}:{name}"), policy)
+
+    def note(self, name: str, kind: str, seconds: float) -> None:
+        """A provider's answer (`answer`), first token (`first_token`) or longest pause in a
+        stream (`gap`) took `seconds`: its stuck threshold's measure."""
+        self.latencies.note(f"{kind}:{name}", seconds)
 
     def heard(self, name: str, state: BreakerState) -> None:
         """What a read, a record or a transition said of `name`'s breaker; the calls waiting
@@ -117,9 +116,3 @@ class StuckWatch:
             return False
         self._polled[name] = now
         return True
-
-
-def note_latency(ports: _HasStuck, name: str, kind: str, seconds: float) -> None:
-    """A provider's answer (`answer`), first token (`first_token`) or longest pause in a
-    stream (`gap`) took `seconds`: its stuck threshold's measure."""
-    ports.stuck.latencies.note(f"{kind}:{name}", seconds)

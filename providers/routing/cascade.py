@@ -24,7 +24,6 @@ from providers.adapters.stream import CompletionStream
 from providers.engine.breaker import BreakerEvent
 from providers.engine.config import ProviderConfig, Snapshot
 from providers.routing.answer_cache import CachedAnswer, answer_key, cache_read
-from providers.routing.breaker_watch import note_latency
 from providers.routing.ports import Ports, Runtime
 from providers.routing.rate_limits import rate_abandon, rate_settle
 from providers.routing.settling import settle
@@ -178,7 +177,7 @@ async def finish_stream(
     first_token_s = attempt.latency_ms / 1000
     settled, cost = await settle(walk, ticket, completion, error, first_token_s, cache=whole)
     if whole and len(stream.parts) > 2:  # a stream of pauses: the next streams' stall limit
-        note_latency(walk.ports, ticket.provider.name, "gap", stream.longest_pause_s)
+        walk.ports.stuck.note(ticket.provider.name, "gap", stream.longest_pause_s)
     attempt.outcome, attempt.error_class = settled.outcome, settled.error_class
     attempt.cost = settled.cost
     attempt.latency_ms, attempt.status, attempt.detail = (

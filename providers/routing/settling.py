@@ -13,7 +13,6 @@ from providers.engine.breaker import BreakerState
 from providers.engine.budgets import hold_seconds, usage
 from providers.engine.config import PolicyConfig
 from providers.routing.answer_cache import cache_write
-from providers.routing.breaker_watch import note_latency
 from providers.routing.ports import Ports
 from providers.routing.rate_limits import rate_increments, rate_recorded
 from providers.routing.walk import Attempt, Ticket, Walk
@@ -100,7 +99,7 @@ async def settle(
     ports.readings.note(name, current, recorded.spent, ports.clock.mono())
     ports.stuck.heard(name, current)
     if error is None and not walk.request.stream:
-        note_latency(ports, name, "answer", latency_s)
+        ports.stuck.note(name, "answer", latency_s)
     rate_recorded(ports, walk.request.rate)
     walk.events.extend(
         await breaker_move(

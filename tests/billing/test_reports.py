@@ -15,9 +15,8 @@ from django.core.management import CommandError, call_command
 from billing.report_formats import report_csv
 from billing.report_options import report_query
 from billing.reports import report_build
-from providers.models import FailoverPolicy, Incident
-from providers.selectors import policy_get
-from tests.factories import make_call_record, make_provider
+from providers.models import Incident
+from tests.factories import make_call_record, make_provider, policy_set
 
 pytestmark = pytest.mark.django_db
 
@@ -29,11 +28,6 @@ LOCAL, CLOUD = "ollama-local", "openai-cloud"
 def providers():
     make_provider(name=LOCAL, is_local=True)
     make_provider(name=CLOUD, is_local=False)
-
-
-def policy(**values):
-    policy_get()
-    FailoverPolicy.objects.filter(pk=FailoverPolicy.SINGLETON_ID).update(**values)
 
 
 def at(day: int, hour: int = 12, minute: int = 0) -> datetime:
@@ -101,7 +95,7 @@ class TestSpend:
         assert report.summary == {"requests": 5, "tokens": 343, "cost": Decimal("0.75")}
 
     def test_it_is_summed_per_client_per_month_in_the_policys_currency(self):
-        policy(currency="USD")
+        policy_set(currency="USD")
         answered(CLOUD, when=datetime(2026, 10, 31, 12, tzinfo=UTC), cost="1", client="web")
         answered(CLOUD, when=at(1), cost="2", client="web")
         answered(CLOUD, when=at(2), cost="0.125", client="app")
@@ -155,7 +149,7 @@ class TestCloudShare:
         assert "above target" in report.headline and "at most 5 %" in report.headline
 
     def test_under_the_target_is_on_target_and_a_deleted_provider_counts_as_cloud(self):
-        policy(cloud_share_target_pct=10)
+        policy_set(cloud_share_target_pct=10)
         for _ in range(9):
             answered(when=at(19))
         answered("gone-provider", when=at(19))

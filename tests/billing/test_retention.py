@@ -16,9 +16,8 @@ from billing.models import CallRecord, DailyUsage, IncidentUsage, LedgerRollUp
 from billing.report_options import REPORTS, report_query
 from billing.reports import report_build
 from billing.retention import ledger_housekeeping, ledger_prune, ledger_roll_up
-from providers.models import FailoverPolicy, Incident
-from providers.selectors import policy_get
-from tests.factories import make_call_record, make_provider, make_static_answer
+from providers.models import Incident
+from tests.factories import make_call_record, make_provider, make_static_answer, policy_set
 
 pytestmark = pytest.mark.django_db
 
@@ -31,11 +30,6 @@ LOCAL, CLOUD = "ollama-local", "openai-cloud"
 def providers():
     make_provider(name=LOCAL, is_local=True)
     make_provider(name=CLOUD, is_local=False)
-
-
-def policy(**values):
-    policy_get()
-    FailoverPolicy.objects.filter(pk=FailoverPolicy.SINGLETON_ID).update(**values)
 
 
 def record(when, provider=LOCAL, *, tier=None, outcome="ok", cost="0", client="web", **extra):
@@ -134,7 +128,7 @@ class TestRollUp:
         assert ledger_roll_up(now=datetime(2026, 11, 20, 0, 20, tzinfo=UTC)) == 1
 
     def test_days_begin_at_midnight_in_the_policys_time_zone(self):
-        policy(time_zone="America/New_York")  # UTC-5 in November
+        policy_set(time_zone="America/New_York")  # UTC-5 in November
         record(datetime(2026, 11, 18, 4, 30, tzinfo=UTC))  # 17 Nov 23:30 there
         record(datetime(2026, 11, 18, 5, 30, tzinfo=UTC))  # 18 Nov 00:30
         record(datetime(2026, 11, 19, 4, 59, tzinfo=UTC))  # 18 Nov 23:59
@@ -152,7 +146,7 @@ class TestRollUp:
         ]
 
     def test_a_day_a_clock_change_makes_25_hours_long_is_one_day(self):
-        policy(time_zone="Europe/Paris")  # summer time ended on 25 October 2026
+        policy_set(time_zone="Europe/Paris")  # summer time ended on 25 October 2026
         record(datetime(2026, 10, 24, 22, 30, tzinfo=UTC))  # 25 Oct 00:30 CEST
         record(datetime(2026, 10, 25, 22, 30, tzinfo=UTC))  # 25 Oct 23:30 CET
         record(datetime(2026, 10, 25, 23, 30, tzinfo=UTC))  # 26 Oct 00:30 CET
@@ -184,7 +178,7 @@ class TestPrune:
         assert not CallRecord.objects.filter(pk=old.pk).exists()
 
     def test_the_retention_keeps_its_whole_days_before_today(self):
-        policy(ledger_retention_days=7)
+        policy_set(ledger_retention_days=7)
         record(datetime(2026, 11, 12, 23, 59, tzinfo=UTC))
         kept = record(datetime(2026, 11, 13, 0, 0, tzinfo=UTC))
         assert ledger_housekeeping(now=NOW) == {"rolled_up": 2, "pruned": 1}

@@ -14,7 +14,7 @@ from django.urls import reverse
 from providers.models import ChangeAction, ConfigChange, FailoverPolicy
 from providers.selectors import policy_get
 from providers.services.policy import threshold_groups, threshold_names
-from tests.factories import make_user
+from tests.factories import make_user, policy_set
 
 pytestmark = pytest.mark.django_db
 
@@ -51,12 +51,6 @@ def operator(client, operator_user) -> Client:
 def viewer(client) -> Client:
     client.force_login(make_user(username="viewer", perms=(VIEW,)))
     return client
-
-
-def set_policy(**values: Any) -> None:
-    """Change the stored policy behind the page's back (another operator, a shell)."""
-    policy_get()
-    FailoverPolicy.objects.filter(pk=FailoverPolicy.SINGLETON_ID).update(**values)
 
 
 def form_data(client: Client, **changes: Any) -> dict[str, Any]:
@@ -143,7 +137,7 @@ def test_the_thresholds_are_grouped_like_the_admin_and_none_is_left_out():
 
 
 def test_only_fields_away_from_their_default_offer_back_to_default(operator):
-    set_policy(cooldown_s=30, store_prompts=True)
+    policy_set(cooldown_s=30, store_prompts=True)
     html = operator.get(page_url()).content.decode()
     assert re.findall(r'data-field="(\w+)"', html) == ["cooldown_s", "store_prompts"]
     cooldown = row_html(html, "cooldown_s")
@@ -254,7 +248,7 @@ def test_an_invalid_value_is_shown_beside_its_field_and_nothing_is_saved(
 
 def test_a_broken_kill_switch_on_record_is_reported_without_a_crash(operator):
     # Not reachable through the control room, but a shell could leave the row like this.
-    set_policy(kill_switch="static_only", kill_switch_reason="")
+    policy_set(kill_switch="static_only", kill_switch_reason="")
     response = operator.post(save_url(), form_data(operator, cooldown_s="90"), headers=HTMX)
     assert response.status_code == 422
     assert "Say why the kill switch is set." in response.content.decode()
@@ -266,7 +260,7 @@ def test_a_broken_kill_switch_on_record_is_reported_without_a_crash(operator):
 
 def test_a_save_leaves_fields_someone_else_changed_meanwhile_alone(operator):
     data = form_data(operator, failure_rate_pct="40")
-    set_policy(cooldown_s=90)  # another operator, after this form was loaded
+    policy_set(cooldown_s=90)  # another operator, after this form was loaded
     response = operator.post(save_url(), data, headers=HTMX)
     assert response.status_code == 200
     policy = policy_get()
@@ -277,7 +271,7 @@ def test_a_save_leaves_fields_someone_else_changed_meanwhile_alone(operator):
 
 def test_a_field_both_changed_is_refused_until_saved_again(operator):
     data = form_data(operator, cooldown_s="120")
-    set_policy(cooldown_s=90)
+    policy_set(cooldown_s=90)
     response = operator.post(save_url(), data, headers=HTMX)
     assert response.status_code == 422
     row = row_html(response.content.decode(), "cooldown_s")
@@ -290,7 +284,7 @@ def test_a_field_both_changed_is_refused_until_saved_again(operator):
 
 def test_a_field_both_set_to_the_same_value_is_no_conflict(operator):
     data = form_data(operator, cooldown_s="90", failure_rate_pct="40")
-    set_policy(cooldown_s=90)
+    policy_set(cooldown_s=90)
     response = operator.post(save_url(), data, headers=HTMX)
     assert response.status_code == 200
     [change] = policy_changes()
@@ -301,7 +295,7 @@ def test_a_field_both_set_to_the_same_value_is_no_conflict(operator):
 
 
 def test_back_to_default_resets_one_field_and_records_it(operator, operator_user):
-    set_policy(cooldown_s=30, failure_rate_pct=40)
+    policy_set(cooldown_s=30, failure_rate_pct=40)
     response = operator.post(reset_url("cooldown_s"), headers=HTMX)
     assert response.status_code == 200
     policy = policy_get()
@@ -316,7 +310,7 @@ def test_back_to_default_resets_one_field_and_records_it(operator, operator_user
 
 
 def test_back_to_default_keeps_what_was_typed_elsewhere_and_not_saved(operator):
-    set_policy(cooldown_s=30)
+    policy_set(cooldown_s=30)
     data = form_data(operator, consecutive_failures="7")
     response = operator.post(reset_url("cooldown_s"), data, headers=HTMX)
     assert response.status_code == 200
@@ -328,7 +322,7 @@ def test_back_to_default_keeps_what_was_typed_elsewhere_and_not_saved(operator):
 
 
 def test_back_to_default_a_text_default_and_a_blank_one(operator):
-    set_policy(degradation_message="Gone fishing.", local_only_tasks="legal")
+    policy_set(degradation_message="Gone fishing.", local_only_tasks="legal")
     operator.post(reset_url("degradation_message"), headers=HTMX)
     operator.post(reset_url("local_only_tasks"), headers=HTMX)
     policy = policy_get()
@@ -337,7 +331,7 @@ def test_back_to_default_a_text_default_and_a_blank_one(operator):
 
 
 def test_back_to_default_that_would_break_the_rules_is_refused(operator):
-    set_policy(cooldown_s=10, max_cooldown_s=30)
+    policy_set(cooldown_s=10, max_cooldown_s=30)
     response = operator.post(reset_url("cooldown_s"), headers=HTMX)
     assert response.status_code == 422
     row = row_html(response.content.decode(), "cooldown_s")
@@ -364,7 +358,7 @@ def test_back_to_default_only_knows_thresholds(operator, name):
 
 
 def test_a_view_only_user_sees_the_values_and_no_form_controls(viewer):
-    set_policy(cooldown_s=30)
+    policy_set(cooldown_s=30)
     response = viewer.get(page_url())
     html = response.content.decode()
     assert response.status_code == 200
@@ -377,7 +371,7 @@ def test_a_view_only_user_sees_the_values_and_no_form_controls(viewer):
 
 
 def test_a_view_only_user_cannot_post(viewer):
-    set_policy(cooldown_s=30)
+    policy_set(cooldown_s=30)
     assert viewer.post(save_url(), {"cooldown_s": "90"}, headers=HTMX).status_code == 403
     assert viewer.post(reset_url("cooldown_s"), headers=HTMX).status_code == 403
     assert policy_get().cooldown_s == 30
@@ -420,7 +414,7 @@ async def test_a_saved_change_reaches_the_router(gateway):
 
 @pytest.mark.django_db(transaction=True)
 async def test_a_reset_to_default_reaches_the_router(gateway):
-    await sync_to_async(set_policy)(cooldown_s=20)
+    await sync_to_async(policy_set)(cooldown_s=20)
     await gateway.snapshots.refresh()
     assert (await gateway.snapshots.current()).policy.cooldown_s == 20
 
