@@ -44,6 +44,10 @@ class ProviderAdmin(AuditedModelAdmin):
             "Routing",
             {"fields": ("priority", "weight", "timeout_s", "max_in_flight", "context_window")},
         ),
+        (
+            "Capabilities",
+            {"fields": ("supports_tools", "supports_json_output", "token_limit_field")},
+        ),
         ("Credentials", {"fields": ("api_key_env", "api_key_status")}),
         ("Runbook", {"fields": ("runbook",)}),
         ("Prices", {"fields": ("price_input_per_1m", "price_output_per_1m")}),

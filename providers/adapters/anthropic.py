@@ -5,9 +5,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from providers.adapters import params, tools
 from providers.adapters.base import ProviderAdapter
 from providers.adapters.errors import ErrorClass
-from providers.adapters.messages import Completion, CompletionRequest, HealthResult, token_count
+from providers.adapters.messages import (
+    Completion,
+    CompletionRequest,
+    HealthResult,
+    Piece,
+    ToolCall,
+    ToolCallDelta,
+    token_count,
+)
 from providers.adapters.stream import CompletionStream
 
 API_VERSION = "2023-06-01"
@@ -37,7 +46,11 @@ class AnthropicAdapter(ProviderAdapter):
         payload: dict[str, Any] = {
             "model": self.config.model,
             "max_tokens": request.max_tokens or DEFAULT_MAX_TOKENS,
-            "messages": request.messages(with_system=False),
+            "messages": (
+                tools.anthropic_messages(request.turns)
+                if request.turns
+                else request.messages(with_system=False)
+            ),
         }
         if request.system_prompt:
             payload["system"] = request.system_prompt
@@ -47,6 +60,8 @@ class AnthropicAdapter(ProviderAdapter):
             payload["top_p"] = request.top_p
         if request.stop:
             payload["stop_sequences"] = list(request.stop)
+        tools.add_anthropic(payload, request)
+        params.apply(payload, request.options, self.kind)
         return payload
 
     async def complete(self, request: CompletionRequest, *, timeout: float) -> Completion:
@@ -56,22 +71,33 @@ class AnthropicAdapter(ProviderAdapter):
         blocks = body.get("content") if isinstance(body, dict) else None
         if not isinstance(blocks, list):
             raise self.malformed("no content blocks")
-        texts = [
-            block["text"]
-            for block in blocks
-            if isinstance(block, dict) and block.get("type") == "text"
-            and isinstance(block.get("text"), str)
-        ]  # fmt: skip
-        if not texts:
+        json_tool = tools.json_tool_name(request)
+        texts: list[str] = []
+        calls: list[ToolCall] = []
+        for block in blocks:
+            kind = block.get("type") if isinstance(block, dict) else None
+            if kind == "text" and isinstance(block.get("text"), str):
+                texts.append(block["text"])
+            elif kind == "tool_use" and isinstance(block.get("name"), str):
+                arguments = tools.arguments_text(block.get("input"))
+                if json_tool and block["name"] == json_tool:
+                    texts = [arguments]  # the forced tool's input is the JSON answer
+                    json_tool = ""
+                    continue
+                calls.append(ToolCall(str(block.get("id") or ""), block["name"], arguments))
+        if not texts and not calls:
             raise self.malformed("no text block in the content")
         usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+        stop_reason = str(body.get("stop_reason") or "")
         return Completion(
             text="".join(texts),
             provider=self.name,
             tokens_in=token_count(usage.get("input_tokens")),
             tokens_out=token_count(usage.get("output_tokens")),
             latency_ms=latency_ms,
-            finish_reason=str(body.get("stop_reason") or ""),
+            # A forced JSON tool's call is the answer, not a call for the client to make.
+            finish_reason="end_turn" if stop_reason == "tool_use" and not calls else stop_reason,
+            tool_calls=tuple(calls),
         )
 
     def stream_request(self, request: CompletionRequest) -> tuple[str, dict[str, Any]]:
@@ -79,7 +105,10 @@ class AnthropicAdapter(ProviderAdapter):
         payload["stream"] = True
         return "/v1/messages", payload
 
-    def stream_event(self, event: Any, stream: CompletionStream) -> str:
+    def stream_started(self, request: CompletionRequest, stream: CompletionStream) -> None:
+        stream.json_tool = tools.json_tool_name(request)
+
+    def stream_event(self, event: Any, stream: CompletionStream) -> Piece:
         """message_start → content_block_start → content_block_delta … → content_block_stop →
         message_delta → message_stop, with `ping` and `error` events possible anywhere."""
         if not isinstance(event, dict):
@@ -90,6 +119,21 @@ class AnthropicAdapter(ProviderAdapter):
             if isinstance(delta, dict) and delta.get("type") == "text_delta":
                 text = delta.get("text")
                 return text if isinstance(text, str) else ""
+            if isinstance(delta, dict) and delta.get("type") == "input_json_delta":
+                partial = delta.get("partial_json")
+                partial = partial if isinstance(partial, str) else ""
+                index = stream.blocks.get(_index(event))
+                if index is None:  # the forced JSON tool's input: the answer's text
+                    return partial
+                return ToolCallDelta(index, arguments=partial) if partial else ""
+        elif kind == "content_block_start":
+            block = event.get("content_block")
+            if isinstance(block, dict) and block.get("type") == "tool_use":
+                name = str(block.get("name") or "")
+                if stream.json_tool and name == stream.json_tool:
+                    return ""
+                index = stream.blocks[_index(event)] = len(stream.blocks)
+                return ToolCallDelta(index, id=str(block.get("id") or ""), name=name)
         elif kind == "message_start":
             message = event.get("message")
             usage = message.get("usage") if isinstance(message, dict) else None
@@ -101,7 +145,10 @@ class AnthropicAdapter(ProviderAdapter):
                 stream.tokens_out = token_count(usage.get("output_tokens"))
             delta = event.get("delta")
             if isinstance(delta, dict) and delta.get("stop_reason"):
-                stream.finish_reason = str(delta["stop_reason"])
+                reason = str(delta["stop_reason"])
+                # A forced JSON tool's call is the answer, not a call for the client to make.
+                json_only = reason == "tool_use" and not stream.blocks
+                stream.finish_reason = "end_turn" if json_only else reason
         elif kind == "message_stop":
             stream.done = True
         elif kind == "error":
@@ -115,3 +162,8 @@ class AnthropicAdapter(ProviderAdapter):
         # The model list names dated versions, not aliases like "-latest": a good answer from
         # it (which also proves the key) is the check, so `model_problem` stays silent.
         return await self.health_levels("/v1/models", timeout=timeout, inference=inference)
+
+
+def _index(event: dict[str, Any]) -> int:
+    index = event.get("index")
+    return index if isinstance(index, int) else -1

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 import httpx
 
+from providers.adapters import params
 from providers.adapters.errors import ErrorClass, ProviderError, classify_status, parse_retry_after
 from providers.adapters.messages import (
     HEALTH_PROBE,
@@ -24,6 +25,7 @@ from providers.adapters.messages import (
     CompletionRequest,
     HealthLevel,
     HealthResult,
+    Piece,
 )
 from providers.adapters.scrub import scrub, scrub_cut
 from providers.adapters.stream import CompletionStream
@@ -53,6 +55,16 @@ class ProviderAdapter(ABC):
     async def health_check(self, *, timeout: float, inference: bool = False) -> HealthResult:
         """Whether the provider answers and serves the configured model, and with `inference`
         whether it also answers a one-token completion; all within `timeout`."""
+
+    def cannot(self, request: CompletionRequest) -> tuple[str, str] | None:
+        """Why this provider can't serve `request` as asked, as (the parameter, the reason);
+        None when it can. The router skips it for the next one."""
+        config = self.config
+        if request.uses_tools and not config.tools:
+            return "tools", "its settings say it can't call tools"
+        if request.output is not None and not config.json_output:
+            return "response_format", "its settings say it can't give JSON output"
+        return params.refusal(request.options, self.kind)
 
     @property
     def paid_inference(self) -> bool:
@@ -156,10 +168,16 @@ class ProviderAdapter(ABC):
     def stream_request(self, request: CompletionRequest) -> tuple[str, dict[str, Any]]:
         """The path and payload that ask for a streamed answer."""
 
+    def stream_started(  # noqa: B027 - a hook: most dialects keep nothing
+        self, request: CompletionRequest, stream: CompletionStream
+    ) -> None:
+        """What the dialect keeps on `stream` from `request` to read its events."""
+
     @abstractmethod
-    def stream_event(self, event: Any, stream: CompletionStream) -> str:
-        """One decoded event of the stream: returns its text ("" if none) and notes usage,
-        the finish reason and the end on `stream`; raises ProviderError for an error event."""
+    def stream_event(self, event: Any, stream: CompletionStream) -> Piece:
+        """One decoded event of the stream: returns its text ("" if none) or a piece of a
+        tool call, and notes usage, the finish reason and the end on `stream`; raises
+        ProviderError for an error event."""
 
     async def stream(
         self, request: CompletionRequest, *, timeout: float, first_token_timeout: float
@@ -178,6 +196,7 @@ class ProviderAdapter(ABC):
             async with asyncio.timeout_at(first_deadline):
                 response = await self.client.send(http_request, stream=True, follow_redirects=False)
         stream = CompletionStream(self, response, timeout, started)
+        self.stream_started(request, stream)
         try:
             if response.status_code >= 400:
                 with self._classified("no error body in time"):

@@ -5,14 +5,80 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from providers.adapters.errors import ErrorClass
 
 
 @dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A call the model asked for: the tool's name and its arguments as JSON text (OpenAI's
+    form; the dialects that carry an object are translated both ways)."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    """A piece of a streamed tool call, as OpenAI streams them: the first piece of call
+    `index` names it (`id`, `name`), the next ones add to its `arguments` text."""
+
+    index: int
+    id: str = ""
+    name: str = ""
+    arguments: str = ""
+
+
+# A piece of a streamed answer: its text, or a piece of a tool call.
+Piece = str | ToolCallDelta
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One message of a conversation that uses tools: a user's or assistant's text, an
+    assistant's tool calls, or a tool's result (`tool_call_id`, the call it answers, and
+    `name`, that call's tool)."""
+
+    role: str  # user / assistant / tool
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str = ""
+    name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """A function the model may call: its JSON Schema `parameters` (None: takes none)."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OutputFormat:
+    """Structured output: any JSON object (`json_object`), or one matching `schema`
+    (`json_schema`, named `name`)."""
+
+    kind: str  # json_object / json_schema
+    name: str = ""
+    schema: dict[str, Any] | None = None
+    strict: bool | None = None
+    description: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class CompletionRequest:
     """What to ask: the question (`prompt`, the last user message), the system prompt, the
-    conversation before the question as (role, text) turns, and the sampling parameters."""
+    conversation before the question as (role, text) turns, and the sampling parameters.
+
+    A conversation that uses tools is `turns` instead, the whole of it after the system prompt
+    (its last message may be a tool's result); `prompt` is then its last user text. `options`
+    are the other parameters the caller sent, each passed on or refused by the dialect's table
+    (`providers/adapters/params.py`)."""
 
     prompt: str
     system_prompt: str = ""
@@ -21,19 +87,61 @@ class CompletionRequest:
     history: tuple[tuple[str, str], ...] = ()  # ("user" | "assistant", text), oldest first
     top_p: float | None = None
     stop: tuple[str, ...] = ()
+    turns: tuple[Turn, ...] = ()
+    tools: tuple[Tool, ...] = ()
+    tool_choice: str = ""  # "" (not sent) / auto / none / required / a tool's name
+    output: OutputFormat | None = None
+    options: tuple[tuple[str, Any], ...] = ()  # (name, value), in the table's order
 
-    def messages(self, *, with_system: bool = True) -> list[dict[str, str]]:
-        messages = (
+    @property
+    def uses_tools(self) -> bool:
+        """Whether an answer may be a tool call, or the conversation holds one: only a
+        provider that speaks tools can carry it, and no fallback text can stand in for it."""
+        return bool(self.tools) or bool(self.turns)
+
+    def option(self, name: str, default: Any = None) -> Any:
+        return next((value for key, value in self.options if key == name), default)
+
+    def messages(self, *, with_system: bool = True) -> list[dict[str, Any]]:
+        """The conversation in OpenAI's message shape."""
+        messages: list[dict[str, Any]] = (
             [{"role": "system", "content": self.system_prompt}]
             if self.system_prompt and with_system
             else []
         )
+        if self.turns:
+            messages += [_openai_message(turn) for turn in self.turns]
+            return messages
         messages += [{"role": role, "content": text} for role, text in self.history]
         messages.append({"role": "user", "content": self.prompt})
         return messages
 
     def all_text(self) -> str:
+        if self.turns:
+            texts = [self.system_prompt]
+            for turn in self.turns:
+                texts.append(turn.text)
+                texts += [f"{call.name} {call.arguments}" for call in turn.tool_calls]
+            texts += [f"{tool.name} {tool.description} {tool.parameters}" for tool in self.tools]
+            return "\n".join(texts)
         return "\n".join((self.system_prompt, *(text for _, text in self.history), self.prompt))
+
+
+def _openai_message(turn: Turn) -> dict[str, Any]:
+    if turn.role == "tool":
+        return {"role": "tool", "tool_call_id": turn.tool_call_id, "content": turn.text}
+    message: dict[str, Any] = {"role": turn.role, "content": turn.text}
+    if turn.tool_calls:
+        message["content"] = turn.text or None
+        message["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments},
+            }
+            for call in turn.tool_calls
+        ]
+    return message
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +152,7 @@ class Completion:
     tokens_out: int
     latency_ms: float
     finish_reason: str = ""  # the provider's own word: stop, length, max_tokens, end_turn …
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
 class HealthLevel(StrEnum):

@@ -6,9 +6,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from providers.adapters import params, tools
 from providers.adapters.base import ProviderAdapter
 from providers.adapters.errors import ErrorClass
-from providers.adapters.messages import Completion, CompletionRequest, HealthResult, token_count
+from providers.adapters.messages import (
+    Completion,
+    CompletionRequest,
+    HealthResult,
+    Piece,
+    ToolCallDelta,
+    token_count,
+)
 from providers.adapters.stream import CompletionStream
 
 
@@ -28,21 +36,34 @@ class OllamaAdapter(ProviderAdapter):
             options["stop"] = list(request.stop)
         payload: dict[str, Any] = {
             "model": self.config.model,
-            "messages": request.messages(),
+            "messages": tools.ollama_messages(request) if request.turns else request.messages(),
             "stream": stream,  # Ollama streams unless told otherwise
         }
         if options:
             payload["options"] = options
+        tools.add_ollama(payload, request)
+        params.apply(payload, request.options, self.kind)
         return payload
+
+    def cannot(self, request: CompletionRequest) -> tuple[str, str] | None:
+        if request.tools and request.tool_choice not in ("", "auto", "none"):
+            return "tool_choice", "Ollama can't be made to call a tool; only to be offered one"
+        return super().cannot(request)
 
     async def complete(self, request: CompletionRequest, *, timeout: float) -> Completion:
         body, latency_ms = await self.request_json(
             "POST", "/api/chat", payload=self.payload(request, stream=False), timeout=timeout
         )
         try:
-            text = body["message"]["content"]
-        except (KeyError, TypeError):
-            raise self.malformed("no message.content") from None
+            message = body["message"]
+            text = message.get("content")
+        except (KeyError, TypeError, AttributeError):
+            raise self.malformed("no message") from None
+        calls = tools.ollama_calls(message.get("tool_calls"))
+        if calls is None:
+            raise self.malformed("message.tool_calls is not a list of calls")
+        if text is None and calls:
+            text = ""
         if not isinstance(text, str):
             raise self.malformed("message.content is not text")
         return Completion(
@@ -51,13 +72,15 @@ class OllamaAdapter(ProviderAdapter):
             tokens_in=token_count(body.get("prompt_eval_count")),
             tokens_out=token_count(body.get("eval_count")),
             latency_ms=latency_ms,
-            finish_reason=str(body.get("done_reason") or ""),
+            # Ollama says "stop" after a tool call too; OpenAI's clients look for tool_calls.
+            finish_reason="tool_calls" if calls else str(body.get("done_reason") or ""),
+            tool_calls=calls,
         )
 
     def stream_request(self, request: CompletionRequest) -> tuple[str, dict[str, Any]]:
         return "/api/chat", self.payload(request, stream=True)
 
-    def stream_event(self, event: Any, stream: CompletionStream) -> str:
+    def stream_event(self, event: Any, stream: CompletionStream) -> Piece:
         if not isinstance(event, dict):
             raise self.malformed("a stream line is not an object")
         if event.get("error"):
@@ -68,8 +91,24 @@ class OllamaAdapter(ProviderAdapter):
         if event.get("done") is True:
             stream.done = True
             stream.finish_reason = str(event.get("done_reason") or "stop")
+            if stream.calls:
+                stream.finish_reason = "tool_calls"
             stream.tokens_in = token_count(event.get("prompt_eval_count"))
             stream.tokens_out = token_count(event.get("eval_count"))
+        calls = tools.ollama_calls(message.get("tool_calls")) if isinstance(message, dict) else ()
+        if calls is None:
+            raise self.malformed("message.tool_calls is not a list of calls")
+        if calls:
+            # Ollama sends each call whole, in one line: one piece a call.
+            pieces = [
+                ToolCallDelta(len(stream.calls) + offset, call.id, call.name, call.arguments)
+                for offset, call in enumerate(calls)
+            ]
+            stream.queued.extend(pieces[1:])
+            if text:
+                stream.queued.appendleft(pieces[0])
+                return text
+            return pieces[0]
         return text if isinstance(text, str) else ""
 
     @property

@@ -6,9 +6,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from providers.adapters import params, tools
 from providers.adapters.base import ProviderAdapter
 from providers.adapters.errors import ErrorClass
-from providers.adapters.messages import Completion, CompletionRequest, HealthResult, token_count
+from providers.adapters.messages import (
+    Completion,
+    CompletionRequest,
+    HealthResult,
+    Piece,
+    ToolCallDelta,
+    token_count,
+)
 from providers.adapters.stream import CompletionStream
 
 
@@ -25,13 +33,17 @@ class OpenAICompatibleAdapter(ProviderAdapter):
     def payload(self, request: CompletionRequest) -> dict[str, Any]:
         payload: dict[str, Any] = {"model": self.config.model, "messages": request.messages()}
         if request.max_tokens is not None:
-            payload["max_tokens"] = request.max_tokens
+            # OpenAI's reasoning models take only max_completion_tokens; many compatible
+            # servers only max_tokens: the provider's row says which this one takes.
+            payload[self.config.token_limit_field] = request.max_tokens
         if request.temperature is not None:
             payload["temperature"] = request.temperature
         if request.top_p is not None:
             payload["top_p"] = request.top_p
         if request.stop:
             payload["stop"] = list(request.stop)
+        tools.add_openai(payload, request)
+        params.apply(payload, request.options, self.kind)
         return payload
 
     async def complete(self, request: CompletionRequest, *, timeout: float) -> Completion:
@@ -39,11 +51,17 @@ class OpenAICompatibleAdapter(ProviderAdapter):
             "POST", "/v1/chat/completions", payload=self.payload(request), timeout=timeout
         )
         try:
-            text = body["choices"][0]["message"]["content"]
-        except (KeyError, IndexError, TypeError):
-            raise self.malformed("no choices[0].message.content") from None
+            message = body["choices"][0]["message"]
+            text = message.get("content")
+        except (KeyError, IndexError, TypeError, AttributeError):
+            raise self.malformed("no choices[0].message") from None
+        calls = tools.openai_calls(message.get("tool_calls"))
+        if calls is None:
+            raise self.malformed("choices[0].message.tool_calls is not a list of calls")
+        if text is None and calls:
+            text = ""
         if not isinstance(text, str):
-            # A null content is a refusal or a tool call: nothing a frontend can show.
+            # A null content without a call is a refusal: nothing a frontend can show.
             raise self.malformed("choices[0].message.content is not text")
         usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
         finish_reason = body["choices"][0].get("finish_reason")
@@ -54,6 +72,7 @@ class OpenAICompatibleAdapter(ProviderAdapter):
             tokens_out=token_count(usage.get("completion_tokens")),
             latency_ms=latency_ms,
             finish_reason=str(finish_reason or ""),
+            tool_calls=calls,
         )
 
     def stream_request(self, request: CompletionRequest) -> tuple[str, dict[str, Any]]:
@@ -62,7 +81,7 @@ class OpenAICompatibleAdapter(ProviderAdapter):
         payload["stream_options"] = {"include_usage": True}
         return "/v1/chat/completions", payload
 
-    def stream_event(self, event: Any, stream: CompletionStream) -> str:
+    def stream_event(self, event: Any, stream: CompletionStream) -> Piece:
         if not isinstance(event, dict):
             raise self.malformed("a stream event is not an object")
         if event.get("error"):
@@ -78,8 +97,29 @@ class OpenAICompatibleAdapter(ProviderAdapter):
         if choice.get("finish_reason"):
             stream.finish_reason = str(choice["finish_reason"])
         delta = choice.get("delta")
-        text = delta.get("content") if isinstance(delta, dict) else None
+        if not isinstance(delta, dict):
+            return ""
+        calls = delta.get("tool_calls")
+        if isinstance(calls, list) and calls:
+            stream.queued.extend(self._call_delta(call) for call in calls[1:])
+            return self._call_delta(calls[0])
+        text = delta.get("content")
         return text if isinstance(text, str) else ""
+
+    def _call_delta(self, raw: Any) -> ToolCallDelta:
+        """One tool-call piece of a chunk."""
+        if not isinstance(raw, dict) or not isinstance(raw.get("index"), int):
+            raise self.malformed("a tool-call delta has no index")
+        function = raw.get("function")
+        if not isinstance(function, dict):
+            function = {}
+        name, arguments = function.get("name"), function.get("arguments")
+        return ToolCallDelta(
+            index=raw["index"],
+            id=raw["id"] if isinstance(raw.get("id"), str) else "",
+            name=name if isinstance(name, str) else "",
+            arguments=arguments if isinstance(arguments, str) else "",
+        )
 
     async def health_check(self, *, timeout: float, inference: bool = False) -> HealthResult:
         return await self.health_levels("/v1/models", timeout=timeout, inference=inference)

@@ -4,23 +4,32 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections import deque
 from collections.abc import AsyncGenerator, Callable
 from typing import TYPE_CHECKING
 
 import httpx
 
 from providers.adapters.errors import ErrorClass
-from providers.adapters.messages import Completion, estimate_tokens
+from providers.adapters.messages import (
+    Completion,
+    Piece,
+    ToolCall,
+    ToolCallDelta,
+    estimate_tokens,
+)
 
 if TYPE_CHECKING:
     from providers.adapters.base import ProviderAdapter
 
 
 class CompletionStream:
-    """An answer arriving piece by piece, handed over once its first text is in (`first`).
+    """An answer arriving piece by piece, handed over once its first piece is in (`first`):
+    text, or the start of a tool call.
 
-    `rest()` yields the remaining text; a stream that breaks raises ProviderError from it.
-    The adapter's `stream_event` fills in the usage and finish reason as events arrive.
+    `rest()` yields the remaining pieces; a stream that breaks raises ProviderError from it.
+    The adapter's `stream_event` fills in the usage and finish reason as events arrive, and
+    may keep what its dialect needs to follow the stream in `blocks`.
     """
 
     def __init__(
@@ -28,8 +37,13 @@ class CompletionStream:
     ) -> None:
         self.adapter = adapter
         self.provider = adapter.name
-        self.first = ""
+        self.first: Piece = ""
         self.parts: list[str] = []
+        self.calls: dict[int, list[str]] = {}  # index → [id, name, arguments so far]
+        self.blocks: dict[int, int] = {}  # the dialect's block index → its tool call's index
+        self.json_tool = ""  # Anthropic: the forced tool whose input is the answer's text
+        # More pieces of the event just read (a chunk with several tool calls), given next.
+        self.queued: deque[Piece] = deque()
         self.tokens_in = 0
         self.tokens_out = 0
         self.finish_reason = ""
@@ -48,11 +62,20 @@ class CompletionStream:
     def text(self) -> str:
         return "".join(self.parts)
 
-    async def next_text(self, deadline: float, timeout_message: str) -> str | None:
-        """The next non-empty text, or None once the stream has ended properly."""
+    @property
+    def tool_calls(self) -> tuple[ToolCall, ...]:
+        return tuple(ToolCall(*self.calls[index]) for index in sorted(self.calls))
+
+    async def next_text(self, deadline: float, timeout_message: str) -> Piece | None:
+        """The next non-empty piece, or None once the stream has ended properly."""
         adapter = self.adapter
         sse = adapter.stream_framing == "sse"
-        while not self.done:
+        while self.queued or not self.done:
+            if self.queued:
+                piece = self._taken(self.queued.popleft())
+                if piece:
+                    return piece
+                continue
             with adapter._classified(timeout_message):
                 async with asyncio.timeout_at(deadline):
                     try:
@@ -70,7 +93,7 @@ class CompletionStream:
                 data = line[5:].strip()
                 if data == "[DONE]":
                     self.done = True
-                    break
+                    continue
             else:
                 data = line.strip()
                 if not data:
@@ -79,11 +102,21 @@ class CompletionStream:
                 event = json.loads(data)
             except (ValueError, RecursionError):
                 raise adapter.malformed("a stream event is not JSON") from None
-            text = adapter.stream_event(event, self)
-            if text:
-                self.parts.append(text)
-                return text
+            piece = self._taken(adapter.stream_event(event, self))
+            if piece:
+                return piece
         return None
+
+    def _taken(self, piece: Piece) -> Piece:
+        """A piece noted in the answer so far (its text, or its tool call's)."""
+        if isinstance(piece, ToolCallDelta):
+            call = self.calls.setdefault(piece.index, ["", "", ""])
+            call[0] = call[0] or piece.id
+            call[1] = call[1] or piece.name
+            call[2] += piece.arguments
+        elif piece:
+            self.parts.append(piece)
+        return piece
 
     def watch_pauses(self, stall_s: float, on_stall: Callable[[float], None]) -> None:
         """A pause between two pieces longer than `stall_s` is told to `on_stall` (once per
@@ -96,8 +129,8 @@ class CompletionStream:
         if on_stall is not None:
             on_stall(self._stall_s)
 
-    async def rest(self) -> AsyncGenerator[str, None]:
-        """The text after `first`, piece by piece, until the stream ends."""
+    async def rest(self) -> AsyncGenerator[Piece, None]:
+        """The pieces after `first`, one by one, until the stream ends."""
         try:
             loop = asyncio.get_running_loop()
             while True:
@@ -135,4 +168,5 @@ class CompletionStream:
             tokens_out=self.tokens_out or estimate_tokens(self.text),
             latency_ms=latency_ms,
             finish_reason=self.finish_reason,
+            tool_calls=self.tool_calls,
         )

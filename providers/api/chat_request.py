@@ -2,9 +2,10 @@
 own rules where it has them, as a table of fields (`providers/api/fields.py`) that is also the
 body's schema in `/api/openapi.json`.
 
-What the gateway can't do (tools, audio, log probabilities, JSON output) is refused by name
-rather than ignored; what doesn't change how a provider is asked (penalties, `seed`,
-`metadata` …) is accepted, checked for its type, and not passed on.
+Tools and structured output are read in `chat_tools`. The other parameters (`seed`, penalties,
+`logit_bias`, `user`, `reasoning_effort` …) are passed on or refused per dialect by one table
+(`providers/adapters/params.py`); what the gateway can't do at all (audio, log probabilities,
+several choices) is refused by name rather than ignored.
 """
 
 from __future__ import annotations
@@ -12,6 +13,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from providers.adapters import params
+from providers.adapters.messages import OutputFormat, Tool, Turn
+from providers.api.chat_messages import (
+    EMPTY,
+    MAX_CONVERSATION_CHARS,
+    MAX_MESSAGES,
+    MAX_STOP_SEQUENCES,
+    MESSAGE,
+    ROLES,
+    conversation,
+    is_empty,
+)
+from providers.api.chat_tools import (
+    RESPONSE_FORMAT_SCHEMA,
+    TOOL_CHOICE_SCHEMA,
+    TOOLS_SCHEMA,
+    parse_response_format,
+    parse_tool_choice,
+    parse_tools,
+)
 from providers.api.fields import (
     Field,
     JsonSchema,
@@ -24,25 +45,10 @@ from providers.api.fields import (
 from providers.api.json_body import ApiError, json_object
 from providers.api.validation import ROUTING_FIELDS, TEMPERATURE, max_tokens_field
 
-MAX_MESSAGES = 200
-MAX_STOP_SEQUENCES = 4
-MAX_CONVERSATION_CHARS = 60_000
-SYSTEM_ROLES = ("system", "developer")
-ROLES = (*SYSTEM_ROLES, "user", "assistant")
-
-# A parameter the gateway can't honour may still be sent empty, as some SDKs do.
-EMPTY: JsonSchema = {
-    "anyOf": [{"type": "null"}, {"const": False}, {"type": "array", "maxItems": 0}]
-}
-
-
-def _is_empty(value: Any) -> bool:
-    return value is None or value is False or value == []
-
 
 def _unsupported(name: str, message: str, *, empty: JsonSchema = EMPTY) -> Field:
     def refuse(value: Any, body: dict[str, Any]) -> Any:
-        if _is_empty(value):
+        if is_empty(value):
             return None
         return ApiError(400, "unsupported_parameter", message, name)
 
@@ -54,95 +60,14 @@ UNSUPPORTED_FIELDS = tuple(
     _unsupported(name, message)
     for name, message in sorted(
         {
-            "tools": "Tool calls are not supported by this gateway.",
-            "tool_choice": "Tool calls are not supported by this gateway.",
-            "functions": "Function calls are not supported by this gateway.",
-            "function_call": "Function calls are not supported by this gateway.",
+            "functions": "'functions' is deprecated: send 'tools' instead.",
+            "function_call": "'function_call' is deprecated: send 'tool_choice' instead.",
             "audio": "Audio output is not supported by this gateway.",
-            "modalities": "Only text output is supported by this gateway.",
             "top_logprobs": "Log probabilities are not supported by this gateway.",
             "prediction": "Predicted outputs are not supported by this gateway.",
         }.items()
     )
 )
-
-TEXT_PART: JsonSchema = {
-    "type": "object",
-    "required": ["type", "text"],
-    "properties": {"type": {"const": "text"}, "text": {"type": "string"}},
-}
-MESSAGE: JsonSchema = {
-    "type": "object",
-    "required": ["role", "content"],
-    "properties": {
-        "role": {"enum": list(ROLES)},
-        "content": {
-            "anyOf": [{"type": "string"}, {"type": "array", "items": TEXT_PART}],
-            "description": "Text, or text parts (joined by new lines).",
-        },
-        "tool_calls": {**EMPTY, "description": "Not supported: tool calls."},
-        "function_call": {**EMPTY, "description": "Not supported: function calls."},
-    },
-}
-
-
-def _message_text(content: Any, index: int) -> str | ApiError:
-    """A message's content: a string, or text parts (`[{"type": "text", "text": ...}]`)."""
-    where = f"messages[{index}].content"
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = []
-        for part in content:
-            if not isinstance(part, dict) or part.get("type") != "text":
-                return invalid(where, "Only text content parts are supported.")
-            if not isinstance(part.get("text"), str):
-                return invalid(where, "A text part needs a 'text' string.")
-            texts.append(part["text"])
-        return "\n".join(texts)
-    return invalid(where, f"'{where}' must be a string or a list of text parts.")
-
-
-def _conversation(messages: Any, body: dict[str, Any]) -> Any:
-    """(system prompt, question, the turns before it) from a Chat Completions message list."""
-    if not isinstance(messages, list) or not messages:
-        return invalid("messages", "'messages' must be a non-empty list.")
-    if len(messages) > MAX_MESSAGES:
-        return invalid("messages", f"'messages' may hold at most {MAX_MESSAGES} messages.")
-    system: list[str] = []
-    turns: list[tuple[str, str]] = []
-    total = 0
-    for index, message in enumerate(messages):
-        if not isinstance(message, dict):
-            return invalid(f"messages[{index}]", "Each message must be an object.")
-        role = message.get("role")
-        if role == "tool" or role == "function":
-            return invalid(f"messages[{index}].role", "Tool messages are not supported.")
-        if role not in ROLES:
-            return invalid(
-                f"messages[{index}].role",
-                "'role' must be one of 'system', 'developer', 'user' or 'assistant'.",
-            )
-        if not (_is_empty(message.get("tool_calls")) and _is_empty(message.get("function_call"))):
-            return invalid(f"messages[{index}]", "Tool calls are not supported.")
-        text = _message_text(message.get("content"), index)
-        if isinstance(text, ApiError):
-            return text
-        total += len(text)
-        if role in SYSTEM_ROLES:
-            system.append(text)
-        else:
-            turns.append((role, text))
-    if total > MAX_CONVERSATION_CHARS:
-        return invalid(
-            "messages", f"The messages may hold at most {MAX_CONVERSATION_CHARS} characters."
-        )
-    if not turns or turns[-1][0] != "user":
-        return invalid("messages", "The last message (after any system ones) must be the user's.")
-    prompt = turns[-1][1]
-    if not prompt.strip():
-        return invalid(f"messages[{len(messages) - 1}].content", "The question cannot be blank.")
-    return "\n\n".join(system), prompt, tuple(turns[:-1])
 
 
 def _stop(value: Any, body: dict[str, Any]) -> Any:
@@ -164,14 +89,12 @@ def _logprobs(value: Any, body: dict[str, Any]) -> Any:
     )
 
 
-TEXT_FORMAT = {"type": "text"}
-
-
-def _response_format(value: Any, body: dict[str, Any]) -> Any:
-    if value is None or value == TEXT_FORMAT:
+def _modalities(value: Any, body: dict[str, Any]) -> Any:
+    if value is None or value == ["text"]:
         return None
-    message = "Only the text response format is supported."
-    return ApiError(400, "unsupported_parameter", message, "response_format")
+    return ApiError(
+        400, "unsupported_parameter", 'Only text output is supported: ["text"].', "modalities"
+    )
 
 
 def _stream_options(value: Any, body: dict[str, Any]) -> Any:
@@ -186,8 +109,23 @@ def _stream_options(value: Any, body: dict[str, Any]) -> Any:
     return include_usage
 
 
-def _accepted(name: str, kind: str, what: str, **bounds: Any) -> Field:
-    return Field(name, kind, f"{what} Accepted for compatibility; not passed on.", **bounds)
+def _logit_bias(value: Any, body: dict[str, Any]) -> Any:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not all(
+        isinstance(bias, int) and not isinstance(bias, bool) and -100 <= bias <= 100
+        for bias in value.values()
+    ):
+        return invalid("logit_bias", "'logit_bias' maps token ids to numbers from -100 to 100.")
+    return value
+
+
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+
+
+def _option(name: str, kind: str, what: str, **bounds: Any) -> Field:
+    """A parameter the dialect table passes on or refuses (`providers/adapters/params.py`)."""
+    return Field(name, kind, f"{what} Per provider kind: {params.described(name)}", **bounds)
 
 
 CHAT_FIELDS = (
@@ -207,7 +145,7 @@ CHAT_FIELDS = (
         f"The conversation: roles {', '.join(ROLES)}; text content or text parts. The last "
         "message after any system ones is the user's, and not blank; all of them together "
         f"hold at most {MAX_CONVERSATION_CHARS} characters.",
-        parse=_conversation,
+        parse=conversation,
         fragment={"type": "array", "minItems": 1, "maxItems": MAX_MESSAGES, "items": MESSAGE},
         examples=([{"role": "user", "content": "What are your opening hours?"}],),
     ),
@@ -254,21 +192,44 @@ CHAT_FIELDS = (
         fragment={"enum": [False, None]},
     ),
     Field(
+        "tools",
+        "any",
+        "Functions the model may call (type function: name, description, parameters as a "
+        "JSON Schema, strict). A provider whose settings say it can't call tools is passed "
+        "over; no cached or prepared answer stands in for one that can.",
+        parse=parse_tools,
+        fragment=TOOLS_SCHEMA,
+    ),
+    Field(
+        "tool_choice",
+        "any",
+        'none, auto, required, or {"type": "function", "function": {"name": ...}}; with tools '
+        "only. Ollama can't be made to call a tool, so required or a name passes it over.",
+        parse=parse_tool_choice,
+        fragment=TOOL_CHOICE_SCHEMA,
+        body_schema={
+            "if": {
+                "required": ["tool_choice"],
+                "properties": {"tool_choice": {"not": {"type": "null"}}},
+            },
+            "then": {"required": ["tools"], "properties": {"tools": {"minItems": 1}}},
+        },
+    ),
+    Field(
         "response_format",
         "any",
-        'Only {"type": "text"}: JSON output formats are not supported.',
-        parse=_response_format,
-        fragment={
-            "anyOf": [
-                {"type": "null"},
-                {
-                    "type": "object",
-                    "required": ["type"],
-                    "properties": {"type": {"const": "text"}},
-                    "additionalProperties": False,
-                },
-            ]
-        },
+        "text, json_object, or json_schema (name, schema, strict): passed on to "
+        "OpenAI-compatible providers, as format to Ollama, and to Anthropic as one forced tool "
+        "whose input is the answer. A provider whose settings say it can't is passed over.",
+        parse=parse_response_format,
+        fragment=RESPONSE_FORMAT_SCHEMA,
+    ),
+    Field(
+        "modalities",
+        "any",
+        'Only ["text"].',
+        parse=_modalities,
+        fragment={"anyOf": [{"type": "null"}, {"const": ["text"]}]},
     ),
     Field("stream", "boolean", "Stream the answer as server-sent events.", default=False),
     Field(
@@ -286,15 +247,27 @@ CHAT_FIELDS = (
         },
     ),
     *ROUTING_FIELDS,
-    _accepted("presence_penalty", "number", "OpenAI's presence penalty.", minimum=-2, maximum=2),
-    _accepted("frequency_penalty", "number", "OpenAI's frequency penalty.", minimum=-2, maximum=2),
-    _accepted("seed", "integer", "A sampling seed."),
-    _accepted("logit_bias", "object", "Token biases."),
-    _accepted("metadata", "object", "Labels for stored completions."),
-    _accepted("store", "boolean", "Whether OpenAI would store the completion."),
-    _accepted("service_tier", "string", "OpenAI's processing tier."),
-    _accepted("parallel_tool_calls", "boolean", "Tool calls in parallel (there are none)."),
+    _option("presence_penalty", "number", "A presence penalty.", minimum=-2, maximum=2),
+    _option("frequency_penalty", "number", "A frequency penalty.", minimum=-2, maximum=2),
+    _option("seed", "integer", "A sampling seed."),
+    Field(
+        "logit_bias",
+        "any",
+        f"Token biases, -100 to 100. Per provider kind: {params.described('logit_bias')}",
+        parse=_logit_bias,
+        fragment={
+            "type": ["object", "null"],
+            "additionalProperties": {"type": "integer", "minimum": -100, "maximum": 100},
+        },
+    ),
+    _option("reasoning_effort", "string", "A reasoning model's effort.", enum=REASONING_EFFORTS),
+    _option("metadata", "object", "Labels for stored completions."),
+    _option("store", "boolean", "Whether OpenAI would store the completion."),
+    _option("service_tier", "string", "OpenAI's processing tier."),
+    _option("parallel_tool_calls", "boolean", "Whether several tools may be called at once."),
 )
+# The table's parameters this body carries, in the table's order ("user" is a routing field).
+OPTION_NAMES = tuple(name for name in params.NAMES)
 ALL_FIELDS = (*UNSUPPORTED_FIELDS, *CHAT_FIELDS)
 ALL_NAMES = names(ALL_FIELDS)
 
@@ -316,6 +289,11 @@ class ChatBody:
     allow_cloud: bool = True
     cache: bool = True
     user: str = ""
+    turns: tuple[Turn, ...] = ()
+    tools: tuple[Tool, ...] = ()
+    tool_choice: str = ""
+    output: OutputFormat | None = None
+    options: tuple[tuple[str, Any], ...] = ()
 
 
 def parse_chat(raw: bytes) -> ChatBody | ApiError:
@@ -332,8 +310,11 @@ def parse_chat(raw: bytes) -> ChatBody | ApiError:
     values = checked(body, CHAT_FIELDS)
     if isinstance(values, ApiError):
         return values
-    system_prompt, prompt, history = values["messages"]
+    system_prompt, prompt, history, turns = values["messages"]
     max_tokens = values["max_completion_tokens"]
+    options = tuple(
+        (name, values[name]) for name in OPTION_NAMES if values.get(name) not in (None, "")
+    )
     return ChatBody(
         model=values["model"],
         prompt=prompt,
@@ -345,6 +326,11 @@ def parse_chat(raw: bytes) -> ChatBody | ApiError:
         stop=values["stop"],
         stream=values["stream"],
         include_usage=values["stream_options"],
+        turns=turns,
+        tools=values["tools"],
+        tool_choice=values["tool_choice"],
+        output=values["response_format"],
+        options=options,
         **{field.name: values[field.name] for field in ROUTING_FIELDS},
     )
 

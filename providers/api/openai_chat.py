@@ -38,7 +38,7 @@ from providers.api.common import (
 )
 from providers.api.fields import JsonSchema
 from providers.api.json_body import ApiError
-from providers.api.openai_shapes import BROKEN, DONE, Shape, error_body
+from providers.api.openai_shapes import BROKEN, DONE, Shape, delta, error_body
 from providers.routing.cascade import RouteRequest, RouteResult, finish_stream
 
 AUTO_MODEL = "auto"
@@ -161,6 +161,11 @@ async def chat_completions(request: HttpRequest) -> HttpResponseBase:
             temperature=parsed.temperature,
             top_p=parsed.top_p,
             stop=parsed.stop,
+            turns=parsed.turns,
+            tools=parsed.tools,
+            tool_choice=parsed.tool_choice,
+            output=parsed.output,
+            options=parsed.options,
         ),
         caller,
         ticket,
@@ -172,7 +177,12 @@ async def chat_completions(request: HttpRequest) -> HttpResponseBase:
     headers = failover_headers(result, request_id)
     if result.error is not None:
         record_call(gateway, routed, result, _ms_since(started))
-        error = ApiError(result.status, result.error["code"], result.error["message"])
+        error = ApiError(
+            result.status,
+            result.error["code"],
+            result.error["message"],
+            result.error.get("param"),
+        )
         response = openai_error(error)
         for name, value in headers.items():
             response[name] = value
@@ -200,12 +210,13 @@ async def _events(
     client_gone = True  # until the stream gets to its end
     try:
         yield shape.chunk({"role": "assistant", "content": ""}, failover=True)
-        yield shape.chunk({"content": result.text})
+        first = result.stream.first if result.stream is not None else result.text
+        yield shape.chunk(delta(first))
         if result.stream is not None:
             try:
                 async with aclosing(result.stream.rest()) as pieces:
                     async for piece in pieces:
-                        yield shape.chunk({"content": piece})
+                        yield shape.chunk(delta(piece))
             except ProviderError as exc:
                 error = exc
             await finish_stream(result, error)

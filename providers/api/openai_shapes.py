@@ -12,6 +12,7 @@ import json
 import time
 from typing import Any
 
+from providers.adapters.messages import Piece, ToolCall
 from providers.api.chat_request import ChatBody
 from providers.api.common import TIERS
 from providers.api.fields import JsonSchema
@@ -57,7 +58,33 @@ ERROR_SCHEMA: JsonSchema = {
     },
 }
 
-FINISH_REASONS = ["stop", "length"]
+FINISH_REASONS = ["stop", "length", "tool_calls"]
+TOOL_CALL_SCHEMA: JsonSchema = {
+    "type": "object",
+    "required": ["id", "type", "function"],
+    "properties": {
+        "id": {"type": "string"},
+        "type": {"const": "function"},
+        "function": {
+            "type": "object",
+            "required": ["name", "arguments"],
+            "properties": {"name": {"type": "string"}, "arguments": {"type": "string"}},
+        },
+    },
+}
+TOOL_CALL_CHUNK_SCHEMA: JsonSchema = {
+    "type": "object",
+    "required": ["index"],
+    "properties": {
+        "index": {"type": "integer", "minimum": 0},
+        "id": {"type": "string"},
+        "type": {"const": "function"},
+        "function": {
+            "type": "object",
+            "properties": {"name": {"type": "string"}, "arguments": {"type": "string"}},
+        },
+    },
+}
 FAILOVER_SCHEMA: JsonSchema = {
     "type": "object",
     "description": "Which tier answered, and why (the X-Failover-* headers say it too).",
@@ -105,8 +132,12 @@ COMPLETION_SCHEMA: JsonSchema = {
                         "required": ["role", "content"],
                         "properties": {
                             "role": {"const": "assistant"},
-                            "content": {"type": "string"},
+                            "content": {
+                                "type": ["string", "null"],
+                                "description": "null when the answer is tool calls only.",
+                            },
                             "refusal": {"type": "null"},
+                            "tool_calls": {"type": "array", "items": TOOL_CALL_SCHEMA},
                         },
                     },
                     "logprobs": {"type": "null"},
@@ -139,6 +170,7 @@ CHUNK_SCHEMA: JsonSchema = {
                         "properties": {
                             "role": {"const": "assistant"},
                             "content": {"type": "string"},
+                            "tool_calls": {"type": "array", "items": TOOL_CALL_CHUNK_SCHEMA},
                         },
                     },
                     "logprobs": {"type": "null"},
@@ -183,6 +215,29 @@ def stream_event_schema(chunk: JsonSchema, error: JsonSchema) -> JsonSchema:
     }
 
 
+def tool_call(call: ToolCall) -> dict[str, Any]:
+    return {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": call.arguments},
+    }
+
+
+def delta(piece: Piece) -> dict[str, Any]:
+    """A stream chunk's delta for one piece: text, or a piece of a tool call in OpenAI's
+    streaming shape (the first piece of a call has its id, type and name)."""
+    if isinstance(piece, str):
+        return {"content": piece}
+    call: dict[str, Any] = {"index": piece.index}
+    if piece.id or piece.name:
+        call["id"] = piece.id
+        call["type"] = "function"
+        call["function"] = {"name": piece.name, "arguments": piece.arguments}
+    else:
+        call["function"] = {"arguments": piece.arguments}
+    return {"tool_calls": [call]}
+
+
 class Shape:
     """The answer in OpenAI's words, whole or as stream chunks."""
 
@@ -223,12 +278,17 @@ class Shape:
         }
 
     def completion(self) -> dict[str, Any]:
+        result = self.result
+        message: dict[str, Any] = {"role": "assistant", "content": result.text, "refusal": None}
+        if result.tool_calls:
+            message["content"] = result.text or None
+            message["tool_calls"] = [tool_call(call) for call in result.tool_calls]
         return {
             **self._answer("chat.completion"),
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": self.result.text, "refusal": None},
+                    "message": message,
                     "logprobs": None,
                     "finish_reason": self.result.finish_reason,
                 }

@@ -35,6 +35,9 @@ class ProviderConfig:
     max_in_flight: int = 0  # calls waiting on it at once in this process; 0: no limit
     price_input_per_1m: Decimal = Decimal("0")
     price_output_per_1m: Decimal = Decimal("0")
+    tools: bool = True  # it can call tools (the model and the server both)
+    json_output: bool = True  # it can be held to JSON output
+    token_limit_field: str = "max_tokens"  # OpenAI-compatible: max_tokens / max_completion_tokens
     api_key: str = field(default="", repr=False)
     api_key_env: str = ""  # the variable's name: a provider that names one needs it set
     # Why its key is missing ("OPENAI_API_KEY is not set …", or a name the rule refuses).

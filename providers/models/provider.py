@@ -19,6 +19,11 @@ class ProviderKind(models.TextChoices):
     ANTHROPIC = "anthropic", "Anthropic"
 
 
+class TokenLimitField(models.TextChoices):
+    MAX_TOKENS = "max_tokens", "max_tokens"
+    MAX_COMPLETION_TOKENS = "max_completion_tokens", "max_completion_tokens"
+
+
 class Provider(models.Model):
     """One upstream model endpoint the router may send a request to."""
 
@@ -83,6 +88,27 @@ class Provider(models.Model):
         max_length=2000,
         help_text="What to try first when this provider is in trouble, one step a line (for "
         "example `systemctl status ollama`). Quoted in its alerts.",
+    )
+    supports_tools = models.BooleanField(
+        "can call tools",
+        default=True,
+        help_text="The model and its server take tools and answer with tool calls. When off, "
+        "requests that offer tools (or carry a conversation with tool calls) pass it over.",
+    )
+    supports_json_output = models.BooleanField(
+        "can give JSON output",
+        default=True,
+        help_text="The model can be held to JSON (response_format). When off, requests that ask "
+        "for JSON pass it over.",
+    )
+    token_limit_field = models.CharField(
+        "token limit sent as",
+        max_length=32,
+        choices=TokenLimitField.choices,
+        default=TokenLimitField.MAX_TOKENS,
+        help_text="OpenAI-compatible providers: the field the answer's token limit goes in. "
+        "OpenAI's reasoning models take only max_completion_tokens; many compatible servers "
+        "only max_tokens.",
     )
     context_window = models.PositiveIntegerField(
         default=8192,

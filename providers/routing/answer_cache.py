@@ -29,7 +29,17 @@ def _normalized(text: str) -> str:
     return " ".join(text.split()).casefold()
 
 
+# The options that change an answer (the rest are about the caller: user, metadata …).
+ANSWER_OPTIONS = frozenset(
+    ("seed", "presence_penalty", "frequency_penalty", "logit_bias", "reasoning_effort")
+)
+
+
 def answer_key(request: CompletionRequest) -> str:
+    """The cache key of the answer to `request` ("" for one that may be a tool call: no
+    cached text can stand in for a call, nor a call be cached as text)."""
+    if request.uses_tools:
+        return ""
     shape: dict[str, Any] = {
         "system": _normalized(request.system_prompt),
         "history": [[role, _normalized(text)] for role, text in request.history],
@@ -39,6 +49,12 @@ def answer_key(request: CompletionRequest) -> str:
         "top_p": request.top_p,
         "stop": list(request.stop),
     }
+    if request.output is not None:  # a JSON answer is an answer to its format only
+        output = request.output
+        shape["output"] = [output.kind, output.name, output.schema, output.strict]
+    shaping = [[name, value] for name, value in request.options if name in ANSWER_OPTIONS]
+    if shaping:
+        shape["options"] = shaping
     encoded = json.dumps(shape, ensure_ascii=False, separators=(",", ":")).encode()
     return KEY_PREFIX + hashlib.sha256(encoded).hexdigest()
 

@@ -24,7 +24,14 @@ from providers.engine.health import health_skip
 from providers.routing.budget_holds import hold, later, release_later, reservation
 from providers.routing.settling import call_ended, settle
 from providers.routing.stuck import MovedOn, StuckGuard, stall_counter
-from providers.routing.walk import MIN_ATTEMPT_S, Attempt, AttemptResult, Ticket, Walk
+from providers.routing.walk import (
+    CANNOT_SERVE,
+    MIN_ATTEMPT_S,
+    Attempt,
+    AttemptResult,
+    Ticket,
+    Walk,
+)
 from providers.state.contract import spend_key
 
 logger = logging.getLogger(__name__)
@@ -37,6 +44,9 @@ async def admit(walk: Walk, provider: ProviderConfig) -> Ticket | AttemptResult:
     adapter = ports.adapters.get(provider)
     if adapter is None:
         return AttemptResult(Attempt(name, "skipped", "unsupported_kind"))
+    unable = adapter.cannot(request.completion)
+    if unable is not None:
+        return AttemptResult(Attempt(name, "skipped", CANNOT_SERVE, detail=": ".join(unable)))
     if provider.api_key_env and not provider.api_key:
         # Its key variable isn't set in this process: a call could only be refused.
         return AttemptResult(Attempt(name, "skipped", "api_key_missing"))

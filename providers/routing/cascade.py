@@ -20,6 +20,7 @@ from decimal import Decimal
 from typing import Any
 
 from providers.adapters.errors import ProviderError
+from providers.adapters.messages import ToolCall
 from providers.adapters.stream import CompletionStream
 from providers.engine.breaker import BreakerEvent
 from providers.engine.config import ProviderConfig, Snapshot
@@ -28,7 +29,15 @@ from providers.routing.ports import Ports, Runtime
 from providers.routing.rate_limits import rate_abandon, rate_settle
 from providers.routing.settling import settle
 from providers.routing.strategies import hedged, in_turn, ordered
-from providers.routing.walk import Attempt, AttemptResult, Refused, RouteRequest, Ticket, Walk
+from providers.routing.walk import (
+    CANNOT_SERVE,
+    Attempt,
+    AttemptResult,
+    Refused,
+    RouteRequest,
+    Ticket,
+    Walk,
+)
 
 __all__ = ["Attempt", "RouteRequest", "RouteResult", "finish_stream", "route"]
 
@@ -61,6 +70,7 @@ class RouteResult:
     cache_hit: bool = False
     cached_age_s: int | None = None
     finish_reason: str = "stop"
+    tool_calls: tuple[ToolCall, ...] = ()
     error: dict[str, Any] | None = None
     store_prompt: bool = False  # the policy keeps prompts in the ledger
     # A streamed answer whose first token has arrived: the rest is read by the view, then
@@ -141,6 +151,8 @@ async def _route(request: RouteRequest, snapshot: Snapshot, ports: Ports) -> Rou
         return _client_error(walk, answered.error, answered.provider, attempts)
     if answered is not None:
         return _answered(walk, answered, attempts, forced_reason)
+    if attempts and all(a.error_class == CANNOT_SERVE for a in attempts):
+        return _none_can(walk, attempts)
 
     reason = forced_reason or _reason_from(snapshot, attempts) or "no_provider"
     if request.task and request.task in policy.no_fallback_tasks:
@@ -186,6 +198,7 @@ async def finish_stream(
         settled.detail,
     )
     result.text = completion.text
+    result.tool_calls = completion.tool_calls
     result.tokens_in, result.tokens_out, result.cost = (
         completion.tokens_in,
         completion.tokens_out,
@@ -203,6 +216,8 @@ def _finish_reason(reason: str) -> str:
     """An upstream's finish reason in OpenAI's words."""
     if reason in ("length", "max_tokens"):
         return "length"
+    if reason in ("tool_calls", "tool_use"):
+        return "tool_calls"
     return "stop"
 
 
@@ -242,13 +257,15 @@ def _answered(
     )
     if result.stream is not None:
         assert result.ticket is not None
-        routed.text = result.stream.first
+        first = result.stream.first
+        routed.text = first if isinstance(first, str) else ""
         routed.stream = result.stream
         routed._pending = _Pending(walk, result.ticket, result.attempt)
         return routed
     completion = result.completion
     assert completion is not None
     routed.text = completion.text
+    routed.tool_calls = completion.tool_calls
     routed.finish_reason = _finish_reason(completion.finish_reason)
     routed.tokens_in, routed.tokens_out = completion.tokens_in, completion.tokens_out
     routed.cost = result.cost
@@ -294,14 +311,52 @@ def _cached(
     )
 
 
+def _none_can(walk: Walk, attempts: list[Attempt]) -> RouteResult:
+    """Every provider was passed over for what the request asks (tools, JSON, a parameter its
+    dialect refuses): the caller's request, not an outage, so a 400 that names the parameter."""
+    first = attempts[0]
+    parameter, _, why = first.detail.partition(": ")
+    reasons = "; ".join(f"{a.provider}: {a.detail.partition(': ')[2]}" for a in attempts)
+    return RouteResult(
+        text="",
+        tier="none",
+        status=400,
+        reason=CANNOT_SERVE,
+        error={
+            "code": "unsupported_by_providers",
+            "message": f"No provider here can take '{parameter}' ({reasons}).",
+            "param": parameter,
+        },
+        attempts=attempts,
+        events=walk.events,
+    )
+
+
 async def _fallback(
     walk: Walk, attempts: list[Attempt], reason: str, *, cache: bool
 ) -> RouteResult:
-    """No provider answered: the cached answer, the static answer, or the apology."""
+    """No provider answered: the cached answer, the static answer, or the apology. A request
+    whose answer must be a tool call or JSON gets neither of the last two: no prepared text
+    can stand in for it, so it is a 503 the client can retry."""
     if cache:
         hit = await cache_read(walk.ports.store, walk.cache_key)
         if hit is not None:
             return _cached(walk, hit, attempts, reason, fallback=True)
+    completion = walk.request.completion
+    if completion.uses_tools or completion.output is not None:
+        return RouteResult(
+            text="",
+            tier="none",
+            status=503,
+            reason=reason,
+            error={
+                "code": "providers_unavailable",
+                "message": "No provider could answer, and no prepared answer can stand in for "
+                + ("a tool call." if completion.uses_tools else "a structured (JSON) answer."),
+            },
+            attempts=attempts,
+            events=walk.events,
+        )
     policy = walk.policy
     prompt = walk.request.completion.prompt
     match = walk.snapshot.faq.match(prompt, threshold=policy.static_match_threshold)

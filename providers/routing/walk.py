@@ -21,6 +21,8 @@ from providers.state.contract import HoldRelease
 
 # An attempt with less time than this left isn't worth starting.
 MIN_ATTEMPT_S = 0.05
+# A provider passed over for what the request asks of it (its detail: "parameter: why").
+CANNOT_SERVE = "cannot_serve"
 
 
 @dataclass(frozen=True, slots=True)

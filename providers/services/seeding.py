@@ -81,6 +81,8 @@ DEMO_PROVIDERS: tuple[dict[str, Any], ...] = (
         "is_local": False,
         "timeout_s": 15.0,
         "context_window": 128_000,
+        # OpenAI takes it for every model, and its reasoning models take only it.
+        "token_limit_field": "max_completion_tokens",
         # gpt-4o-mini's $0.15 / $0.60 per 1M tokens at 0.93 EUR to the dollar (the seeds
         # think in EUR, the policy's default currency).
         "price_input_per_1m": Decimal("0.1395"),
