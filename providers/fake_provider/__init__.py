@@ -4,7 +4,8 @@ at run time (the modes are listed in `config`).
 It serves the test suite, the benchmarks (a fast fixed-response upstream) and operators'
 failover drills (`manage.py fakeprovider`, `manage.py drill`). Control it in-process through
 `FakeProvider`, or over HTTP: `POST /_control/fault`, `GET /_control/stats`,
-`POST /_control/reset`, `POST /_control/refuse` (connections refused for a while).
+`POST /_control/reset`, `POST /_control/refuse` (connections refused for a while). What each
+call carried is kept for the tests: `FakeProvider.last_request(path)`.
 """
 
 from __future__ import annotations

@@ -1,10 +1,12 @@
 """The fake provider as a raw ASGI app: routing, faults, delivery and the control endpoints.
 
-Faults apply to the chat endpoints, and to every provider endpoint when scope is "all". A call
-is counted when it reaches the app, before any fault. The order inside a call: API key (OpenAI
-and Anthropic endpoints, when one is set), the request's JSON, the fault mode, error_rate, the
-model, the answer. `cut_stream` on a non-streamed call declares the full Content-Length, sends
-half the body and closes the connection.
+Faults apply to the chat endpoints (Ollama's chat and generate, OpenAI's chat completions,
+Anthropic's messages, and the embeddings), and to every provider endpoint when scope is "all".
+A call is counted, and its body and headers kept (`FakeState.last_request`), when it reaches the
+app, before any fault. The order inside a call: API key (every dialect, when one is set: a
+bearer token for Ollama and OpenAI, x-api-key for Anthropic), the request's JSON, the fault
+mode, error_rate, the model, the answer (`answers`). `cut_stream` on a non-streamed call declares
+the full Content-Length, sends half the body and closes the connection.
 
 A streamed answer sends its status and headers at once, then its chunks: under `stall` the
 first one comes delay_ms later (a slow time to first token, where `slow` delays the headers
@@ -23,8 +25,8 @@ import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from providers.fake_provider import dialects, leaks
-from providers.fake_provider.chat_request import chat_limit, parse_chat, wants_stream
+from providers.fake_provider import answers, dialects, leaks
+from providers.fake_provider.chat_request import parse_chat, parse_request, wants_stream
 from providers.fake_provider.config import (
     HANG_CAP_SECONDS,
     ConfigError,
@@ -42,6 +44,9 @@ Send = Callable[[Message], Awaitable[None]]
 # (method, path) -> (dialect, endpoint)
 ROUTES = {
     ("POST", "/api/chat"): (OLLAMA, "chat"),
+    ("POST", "/api/generate"): (OLLAMA, "generate"),
+    ("POST", "/api/show"): (OLLAMA, "show"),
+    ("POST", "/api/embed"): (OLLAMA, "embed"),
     ("GET", "/api/tags"): (OLLAMA, "tags"),
     ("GET", "/api/ps"): (OLLAMA, "ps"),
     ("GET", "/api/version"): (OLLAMA, "version"),
@@ -49,7 +54,12 @@ ROUTES = {
     ("POST", "/v1/chat/completions"): (OPENAI, "chat"),
     ("GET", "/v1/models"): (OPENAI, "models"),
     ("POST", "/v1/messages"): (ANTHROPIC, "chat"),
+    ("POST", "/v1/embeddings"): (OPENAI, "embed"),
 }
+# The endpoints faults play on (with scope "chat") and that `calls` counts.
+_CHAT_ENDPOINTS = ("chat", "generate", "embed")
+# Ollama's answer when its queue is full (the busy mode).
+OLLAMA_BUSY = "server busy, please try again.  maximum pending requests exceeded"
 _PATHS = {path for _, path in ROUTES}
 # Modes answered with an error of the same name, before the model is looked at.
 _ERROR_MODES = (
@@ -59,6 +69,7 @@ _ERROR_MODES = (
     "bad_request",
     "context_too_long",
     "overloaded",
+    "busy",
 )
 
 
@@ -81,22 +92,22 @@ class FakeProviderApp:
             await _deliver(dialects.json_reply(status, {"error": "not found"}), send)
             return
         dialect, endpoint = route
-        chat = endpoint == "chat"
+        chat = endpoint in _CHAT_ENDPOINTS
         config, rate_fail = self.state.record(path, chat=chat)
         echo = leaks.credentials_of(scope["headers"]) if config.echo_key else ""
         body = await read_body(receive) if method == "POST" else b""
+        self.state.remember(path, _decoded(body), _headers(scope))
         # GET /v1/models is shared: OpenAI's clients send a bearer key, Anthropic's x-api-key.
         key_dialects = (OPENAI, ANTHROPIC) if endpoint == "models" else (dialect,)
-        if (
-            dialect != OLLAMA
-            and config.api_key
-            and not any(_authorized(scope, d, config.api_key) for d in key_dialects)
-        ):
+        if config.api_key and not any(_authorized(scope, d, config.api_key) for d in key_dialects):
             await _deliver(dialects.error(dialect, "unauthorized"), send, echo)
             return
         request: dict[str, Any] = {}
-        if chat:
-            parsed = parse_chat(dialect, body)
+        if method == "POST":
+            if endpoint == "chat":
+                parsed = parse_chat(dialect, body)
+            else:
+                parsed = parse_request(dialect, endpoint, body)
             if isinstance(parsed, Reply):
                 await _deliver(parsed, send, echo)
                 return
@@ -107,10 +118,11 @@ class FakeProviderApp:
             handled = await _fault(dialect, mode, config, wait, request, receive, send, echo)
             if handled:
                 return
-        if rate_fail or (mode == "stream_error" and not wants_stream(dialect, request)):
+        streamed = endpoint in ("chat", "generate") and wants_stream(dialect, request)
+        if rate_fail or (mode == "stream_error" and not streamed):
             reply = dialects.error(dialect, "error", status=config.status)
         else:
-            reply = _answer(dialect, endpoint, config, request)
+            reply = answers.answer(dialect, endpoint, config, request)
         if mode == "malformed" and reply.status == 200:
             reply = _malformed(reply)
         elif mode == "stream_error" and reply.stream:
@@ -202,43 +214,17 @@ def _authorized(scope: Scope, dialect: str, api_key: str) -> bool:
     return False
 
 
-def _answer(dialect: str, endpoint: str, config: FakeConfig, request: dict[str, Any]) -> Reply:
-    if endpoint == "tags":
-        return dialects.ollama_tags(config)
-    if endpoint == "ps":
-        return dialects.ollama_ps(config)
-    if endpoint == "version":
-        return dialects.json_reply(200, {"version": "0.0.0-fake"})
-    if endpoint == "root":
-        return Reply(200, b"text/plain; charset=utf-8", (b"Ollama is running",))
-    if endpoint == "models":
-        return dialects.openai_models(config)
-    model = request["model"]
-    if model not in config.models:
-        return dialects.error(dialect, "model_not_found", model=model)
-    prompt_tokens = dialects.count_words(request["messages"])
-    stream = wants_stream(dialect, request)
-    limit = chat_limit(dialect, request)
-    if dialect == OLLAMA:
-        return dialects.ollama_chat(
-            config, model=model, prompt_tokens=prompt_tokens, limit=limit, stream=stream
-        )
-    if dialect == ANTHROPIC:
-        system = request.get("system")
-        if isinstance(system, str):
-            prompt_tokens += len(system.split())
-        return dialects.anthropic_messages(
-            config, model=model, prompt_tokens=prompt_tokens, limit=limit, stream=stream
-        )
-    options = request.get("stream_options")
-    return dialects.openai_chat(
-        config,
-        model=model,
-        prompt_tokens=prompt_tokens,
-        limit=limit,
-        stream=stream,
-        include_usage=isinstance(options, dict) and bool(options.get("include_usage")),
-    )
+def _decoded(body: bytes) -> Any:
+    try:
+        return json.loads(body) if body else None
+    except ValueError:
+        return None
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    return {
+        name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]
+    }
 
 
 async def _fault(
@@ -260,11 +246,14 @@ async def _fault(
         return True
     if mode == "slow":
         return await disconnected_within(receive, wait)
+    if mode == "busy" and dialect == OLLAMA:
+        await _deliver(dialects.json_reply(503, {"error": OLLAMA_BUSY}), send, echo)
+        return True
     if mode in _ERROR_MODES:
         prompt_tokens = dialects.count_words(request.get("messages"))
         reply = dialects.error(
             dialect,
-            mode,
+            "overloaded" if mode == "busy" else mode,
             status=config.status,
             model=request.get("model", ""),
             prompt_tokens=prompt_tokens,

@@ -1,5 +1,6 @@
-"""The fake provider's reading of a chat request: the 400 a real provider answers to a bad one,
-the answer's token limit, and whether it streams, in each dialect's terms."""
+"""The fake provider's reading of a request (chat, Ollama's generate and show, embeddings): the
+400 a real provider answers to a bad one, the answer's token limit, and whether it streams, in
+each dialect's terms."""
 
 from __future__ import annotations
 
@@ -39,6 +40,26 @@ def parse_chat(dialect: str, body: bytes) -> dict[str, Any] | Reply:
             return dialects.error(
                 dialect, "bad_request", message="max_tokens: Field required", param="max_tokens"
             )
+    return request
+
+
+def parse_request(dialect: str, endpoint: str, body: bytes) -> dict[str, Any] | Reply:
+    """The request to a POST endpoint that is not a chat (generate, show, embed), or its 400."""
+    try:
+        request = json.loads(body)
+    except ValueError:
+        return dialects.error(dialect, "bad_request", message="The request body is not valid JSON.")
+    if not isinstance(request, dict):
+        return dialects.error(dialect, "bad_request", message="The request body must be an object.")
+    if endpoint == "show" and isinstance(request.get("name"), str):
+        request.setdefault("model", request["name"])
+    if not isinstance(request.get("model"), str) or not request["model"]:
+        return dialects.error(dialect, "bad_request", message="model is required", param="model")
+    if endpoint == "generate" and not isinstance(request.get("prompt", ""), str):
+        return dialects.error(dialect, "bad_request", message="prompt must be a string")
+    if endpoint == "embed" and "input" not in request:
+        message = "you must provide an input" if dialect == OLLAMA else "input is required"
+        return dialects.error(dialect, "bad_request", message=message, param="input")
     return request
 
 

@@ -18,8 +18,23 @@ The fault modes (`mode`), played on the chat endpoints, or on every endpoint whe
 - cut_stream: the first chunk of a stream (or half of a whole body), delay_ms, then the
   connection dropped; with cut_after_bytes N, the first N bytes of the body instead.
 - stream_error: a stream's first text (with after_chunks K: its first K chunks), then the
-  dialect's error event (the stream breaks with an error in its own words); an answer that is not
-  streamed is an `error`.
+  dialect's error event (the stream breaks with an error in its own words; Ollama's is an
+  {"error": ...} line); an answer that is not streamed is an `error`.
+- busy: Ollama's 503 when its queue is full ({"error": "server busy, please try again.  maximum
+  pending requests exceeded"}); elsewhere the dialect's overloaded error.
+
+The chat endpoints are Ollama's /api/chat and /api/generate, OpenAI's /v1/chat/completions,
+Anthropic's /v1/messages, and the embeddings (/api/embed, /v1/embeddings).
+
+What the models can do (`tools`, `ollama_extra`, `embeddings`):
+
+- tool_arguments: the arguments of every tool call the fake answers (a JSON object); None: a
+  minimal instance of the tool's schema.
+- thinking_models: the models that think (Ollama's `thinking`, by default unless think false).
+- tool_models: the models that take tools on Ollama; None: every chat model.
+- embedding_models: the models that embed (no other model does).
+- context_length: what /api/show reports, and the limit /api/embed's truncate false enforces.
+- embedding_dimensions: a vector's length when the request names none.
 
 `jitter_ms` spreads slow's and stall's wait: each call draws it uniformly from delay_ms ±
 jitter_ms (never below 0), so "answers normally take 4-8 s" is delay_ms 6000, jitter_ms 2000.
@@ -60,6 +75,7 @@ MODES = (
     "overloaded",
     "stall",
     "stream_error",
+    "busy",
 )
 SCOPES = ("chat", "all")
 DEFAULT_MODELS = ("llama3.1:8b", "gpt-4o-mini")
@@ -69,6 +85,9 @@ HANG_CAP_SECONDS = 300.0
 # Bounds of after_chunks and cut_after_bytes: far past any answer the fake gives.
 MAX_CHUNKS = 100_000
 MAX_BODY_BYTES = 10_000_000
+DEFAULT_CONTEXT_LENGTH = 8192
+DEFAULT_EMBEDDING_DIMENSIONS = 8
+MAX_EMBEDDING_DIMENSIONS = 4096
 _PIECES = re.compile(r"\s*\S+")
 
 
@@ -97,6 +116,12 @@ class FakeConfig:
     models: tuple[str, ...] = DEFAULT_MODELS
     api_key: str | None = None
     echo_key: bool = False
+    tool_arguments: dict[str, Any] | None = None
+    thinking_models: tuple[str, ...] = ()
+    tool_models: tuple[str, ...] | None = None
+    embedding_models: tuple[str, ...] = ()
+    context_length: int = DEFAULT_CONTEXT_LENGTH
+    embedding_dimensions: int = DEFAULT_EMBEDDING_DIMENSIONS
     # The answer split into tokens (words with their leading whitespace): joining the first n
     # gives the answer cut to n tokens, and each one is a stream chunk.
     pieces: tuple[str, ...] = field(init=False, repr=False, compare=False)
@@ -111,8 +136,14 @@ class FakeConfig:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         del data["pieces"]
-        data["models"] = list(self.models)
+        for name in ("models", "thinking_models", "embedding_models"):
+            data[name] = list(getattr(self, name))
+        if self.tool_models is not None:
+            data["tool_models"] = list(self.tool_models)
         return data
+
+    def supports_tools(self, model: str) -> bool:
+        return self.tool_models is None or model in self.tool_models
 
     def updated(self, changes: Mapping[str, Any]) -> FakeConfig:
         """A copy with `changes` applied; raises ConfigError naming the first bad field."""
@@ -190,6 +221,24 @@ def _models(name: str, value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _model_names(name: str, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list | tuple) or not all(
+        isinstance(model, str) and model for model in value
+    ):
+        raise ConfigError(name, "must be a list of model names")
+    return tuple(value)
+
+
+def _optional_model_names(name: str, value: Any) -> tuple[str, ...] | None:
+    return None if value is None else _model_names(name, value)
+
+
+def _optional_object(name: str, value: Any) -> dict[str, Any] | None:
+    if value is not None and not isinstance(value, dict):
+        raise ConfigError(name, "must be a JSON object or null")
+    return value
+
+
 _VALIDATORS = {
     "mode": _choice(MODES),
     "delay_ms": _int_between(0, int(HANG_CAP_SECONDS * 1000)),
@@ -205,6 +254,12 @@ _VALIDATORS = {
     "models": _models,
     "api_key": _optional_string,
     "echo_key": _flag,
+    "tool_arguments": _optional_object,
+    "thinking_models": _model_names,
+    "tool_models": _optional_model_names,
+    "embedding_models": _model_names,
+    "context_length": _int_between(1, 10_000_000),
+    "embedding_dimensions": _int_between(1, MAX_EMBEDDING_DIMENSIONS),
 }
 
 
@@ -217,6 +272,7 @@ class FakeState:
         self.config = defaults
         self._calls = 0
         self._by_path: dict[str, int] = {}
+        self._last: dict[str, dict[str, Any]] = {}
         # error_rate without randomness: the share accumulates per call and a call fails each
         # time it reaches 1, so 0.25 fails exactly every 4th call.
         self._error_debt = 0.0
@@ -263,8 +319,20 @@ class FakeState:
             self.config = self.defaults
             self._calls = 0
             self._by_path = {}
+            self._last = {}
             self._error_debt = 0.0
             return self.config
+
+    def remember(self, path: str, body: Any, headers: Mapping[str, str]) -> None:
+        """Keep what a call to `path` carried (its decoded JSON body and its headers)."""
+        with self._lock:
+            self._last[path] = {"body": body, "headers": dict(headers)}
+
+    def last_request(self, path: str) -> dict[str, Any] | None:
+        """The last call to `path`: {"body": decoded JSON (None when it did not parse),
+        "headers": {lower-case name: value}}; None before any call (or after `reset`)."""
+        with self._lock:
+            return self._last.get(path)
 
     @property
     def calls(self) -> int:

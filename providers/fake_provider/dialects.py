@@ -55,7 +55,8 @@ def json_reply(status: int, obj: Any, headers: tuple[tuple[bytes, bytes], ...] =
 
 
 def count_words(messages: Any) -> int:
-    """The prompt's token estimate: words of every message's text (string or text parts)."""
+    """The prompt's token estimate: words of every message's text (string or text parts, and
+    tool results)."""
     if not isinstance(messages, list):
         return 0
     total = 0
@@ -68,6 +69,8 @@ def count_words(messages: Any) -> int:
                 text = part.get("text") if isinstance(part, dict) else None
                 if isinstance(text, str):
                     total += len(text.split())
+                elif isinstance(part, dict) and part.get("type") == "tool_result":
+                    total += count_words([part])  # Anthropic's tool result: its content
     return total
 
 

@@ -234,6 +234,11 @@ class FakeProvider(LoopbackServer):
     def stats(self) -> dict[str, Any]:
         return self.state.stats()
 
+    def last_request(self, path: str) -> dict[str, Any] | None:
+        """What the last call to `path` carried: {"body": its decoded JSON, "headers": {lower-case
+        name: value}}; None when it has not been called since the last `reset`."""
+        return self.state.last_request(path)
+
     def reset(self) -> None:
         self.state.reset()
 

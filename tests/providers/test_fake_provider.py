@@ -229,7 +229,7 @@ class TestOpenAIDialect:
         assert set(error) == OPENAI_ERROR_KEYS
         assert (error["type"], error["code"]) == ("invalid_request_error", "model_not_found")
 
-    def test_an_api_key_guards_the_openai_endpoints_only(self, fake, client):
+    def test_an_api_key_guards_every_endpoint_in_its_own_dialect(self, fake, client):
         fake.set_fault(api_key="sk-right")
         for headers in ({}, {"Authorization": "Bearer sk-wrong"}):
             for response in (
@@ -249,7 +249,10 @@ class TestOpenAIDialect:
                 }
         right = {"Authorization": "Bearer sk-right"}
         assert client.get("/v1/models", headers=right).status_code == 200
-        assert ollama_chat(client).status_code == 200
+        # Ollama behind an auth proxy, or Ollama's cloud API, takes a bearer key too.
+        refused = ollama_chat(client)
+        assert refused.status_code == 401 and refused.json() == {"error": "unauthorized"}
+        assert client.get("/api/tags", headers=right).status_code == 200
 
     @pytest.mark.parametrize("chat", [ollama_chat, openai_chat])
     def test_a_body_that_is_not_json_is_a_400(self, client, chat):
@@ -678,6 +681,12 @@ class TestControl:
                 "models": ["phi3"],
                 "api_key": "sk-test",
                 "echo_key": False,
+                "tool_arguments": None,
+                "thinking_models": [],
+                "embedding_models": [],
+                "context_length": 8192,
+                "embedding_dimensions": 8,
+                "tool_models": None,
             }
 
 

@@ -45,7 +45,8 @@ class Command(BaseCommand):
             help=f"A model to serve (repeatable). Default: {', '.join(DEFAULT_MODELS)}.",
         )
         parser.add_argument(
-            "--api-key", help="Require this key on the OpenAI and Anthropic endpoints."
+            "--api-key",
+            help="Require this key on every endpoint (a bearer token, or x-api-key for Anthropic).",
         )
         parser.add_argument("--text", help="The answer's text.")
         parser.add_argument("--mode", choices=MODES, help="The fault to start with (default ok).")
