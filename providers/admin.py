@@ -40,13 +40,23 @@ class ProviderAdmin(AuditedModelAdmin):
     readonly_fields = ("api_key_status", "created_at", "updated_at")
     fieldsets = (
         (None, {"fields": ("name", "kind", "base_url", "model", "enabled", "is_local")}),
+        ("Models", {"fields": ("chat_models", "embedding_models")}),
         (
             "Routing",
             {"fields": ("priority", "weight", "timeout_s", "max_in_flight", "context_window")},
         ),
         (
             "Capabilities",
-            {"fields": ("supports_tools", "supports_json_output", "token_limit_field")},
+            {
+                "fields": (
+                    "supports_tools",
+                    "supports_json_output",
+                    "token_limit_field",
+                    "api_version",
+                    "think",
+                    "keep_alive",
+                )
+            },
         ),
         ("Credentials", {"fields": ("api_key_env", "api_key_status")}),
         ("Runbook", {"fields": ("runbook",)}),

@@ -13,6 +13,7 @@ from providers.engine.config import BudgetConfig, PolicyConfig, ProviderConfig, 
 from providers.engine.faq import FaqEntry, FaqIndex
 from providers.models import ClientApp, ConfigChange, FailoverPolicy, Provider, StaticAnswer
 from providers.models.client_app import lines_of, origins_normalised
+from providers.models.provider import model_names
 from providers.models.secret_env import secret_env_read
 
 
@@ -121,6 +122,11 @@ def provider_config(row: Provider) -> ProviderConfig:
         context_window=row.context_window,
         weight=row.weight,
         max_in_flight=row.max_in_flight,
+        chat_models=model_names(row.chat_models),
+        embedding_models=model_names(row.embedding_models),
+        api_version=row.api_version,
+        think=row.think,
+        keep_alive=row.keep_alive,
         tools=row.supports_tools,
         json_output=row.supports_json_output,
         token_limit_field=row.token_limit_field,

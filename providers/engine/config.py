@@ -35,6 +35,11 @@ class ProviderConfig:
     max_in_flight: int = 0  # calls waiting on it at once in this process; 0: no limit
     price_input_per_1m: Decimal = Decimal("0")
     price_output_per_1m: Decimal = Decimal("0")
+    chat_models: tuple[str, ...] = ()  # other models it serves for chat (aliases name them)
+    embedding_models: tuple[str, ...] = ()  # the models it embeds with, its default first
+    api_version: str = ""  # Azure OpenAI's api-version
+    think: str = "off"  # Ollama: off / on / low / medium / high
+    keep_alive: str = ""  # Ollama: how long the model stays loaded ("": Ollama's default)
     tools: bool = True  # it can call tools (the model and the server both)
     json_output: bool = True  # it can be held to JSON output
     token_limit_field: str = "max_tokens"  # OpenAI-compatible: max_tokens / max_completion_tokens

@@ -5,7 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from django.core.exceptions import ValidationError
-from django.core.validators import MaxValueValidator, MinValueValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.utils import timezone
 
@@ -16,7 +16,33 @@ from providers.models.validators import at_least, env_var_name_validator, http_u
 class ProviderKind(models.TextChoices):
     OLLAMA = "ollama", "Ollama"
     OPENAI_COMPATIBLE = "openai", "OpenAI-compatible"
+    AZURE_OPENAI = "azure", "Azure OpenAI"
     ANTHROPIC = "anthropic", "Anthropic"
+
+
+class Thinking(models.TextChoices):
+    OFF = "off", "off"
+    ON = "on", "on"
+    LOW = "low", "low"
+    MEDIUM = "medium", "medium"
+    HIGH = "high", "high"
+
+
+keep_alive_validator = RegexValidator(
+    r"^(-1|0|\d{1,6}(\.\d{1,3})?(ms|s|m|h)?)$",
+    "A duration as Ollama takes it: 30m, 24h, 90s, 0 (unload at once) or -1 (keep loaded).",
+    code="invalid_keep_alive",
+)
+model_names_validator = RegexValidator(
+    r"^[^\s,]+(\s*\n\s*[^\s,]+)*\s*$",
+    "One model name a line.",
+    code="invalid_model_names",
+)
+
+
+def model_names(text: str) -> tuple[str, ...]:
+    """The names of a one-a-line field, in order, without blanks or repeats."""
+    return tuple(dict.fromkeys(line.strip() for line in text.splitlines() if line.strip()))
 
 
 class TokenLimitField(models.TextChoices):
@@ -39,7 +65,45 @@ class Provider(models.Model):
         "Loopback and private addresses need OUTBOUND_ALLOW; link-local and cloud metadata "
         "addresses are never called.",
     )
-    model = models.CharField(max_length=200, help_text="The model name the provider expects.")
+    model = models.CharField(
+        max_length=200,
+        help_text="The model name the provider expects (for Azure OpenAI, the deployment's "
+        "name). The one it answers chat with unless a model alias names another.",
+    )
+    chat_models = models.TextField(
+        "other chat models",
+        blank=True,
+        validators=[model_names_validator],
+        help_text="Other model names it serves for chat, one a line, that model aliases may name.",
+    )
+    embedding_models = models.TextField(
+        blank=True,
+        validators=[model_names_validator],
+        help_text="Model names it serves for embeddings (POST /v1/embeddings), one a line; "
+        "the first is its default. Empty: it doesn't embed.",
+    )
+    api_version = models.CharField(
+        "API version",
+        max_length=32,
+        blank=True,
+        help_text="Azure OpenAI: the api-version query parameter (e.g. 2024-10-21).",
+    )
+    think = models.CharField(
+        "thinking",
+        max_length=8,
+        choices=Thinking.choices,
+        default=Thinking.OFF,
+        help_text="Ollama: whether a thinking model thinks before it answers (Ollama's think; "
+        "low / medium / high for models that take a level). Off by default: thinking delays "
+        "the answer's first token, which the breaker judges.",
+    )
+    keep_alive = models.CharField(
+        max_length=16,
+        blank=True,
+        validators=[keep_alive_validator],
+        help_text="Ollama: how long the model stays loaded after a request (30m, 24h, -1 for "
+        "always). Empty: Ollama's own default, 5 minutes.",
+    )
     api_key_env = models.CharField(
         "API key variable",
         max_length=100,
@@ -142,6 +206,11 @@ class Provider(models.Model):
     def clean(self) -> None:
         # The key variable must be one the secret-variable rule allows (a name that isn't a
         # variable name at all is the field's own validator's to report).
+        if self.kind == ProviderKind.AZURE_OPENAI and not self.api_version:
+            raise ValidationError(
+                {"api_version": "Azure OpenAI needs its api-version (e.g. 2024-10-21)."},
+                code="api_version_required",
+            )
         name = self.api_key_env
         if name and ENV_VAR_NAME.fullmatch(name):
             problem = secret_env_problem(name)
