@@ -44,7 +44,7 @@ class AnthropicAdapter(ProviderAdapter):
     def payload(self, request: CompletionRequest) -> dict[str, Any]:
         # The system prompt is a top-level field here, not a message.
         payload: dict[str, Any] = {
-            "model": self.config.model,
+            "model": request.model or self.config.model,
             "max_tokens": request.max_tokens or DEFAULT_MAX_TOKENS,
             "messages": (
                 tools.anthropic_messages(request.turns)

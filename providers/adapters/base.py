@@ -26,6 +26,7 @@ from providers.adapters.messages import (
     HealthLevel,
     HealthResult,
     Piece,
+    Reasoning,
 )
 from providers.adapters.scrub import scrub, scrub_cut
 from providers.adapters.stream import CompletionStream
@@ -204,12 +205,15 @@ class ProviderAdapter(ABC):
                         body = await response.aread()
                 raise self._status_error(response, body)
             while not stream.first:
-                text = await stream.next_text(
+                piece = await stream.next_text(
                     first_deadline, f"no first token within {first_deadline - started:.2f} s"
                 )
-                if text is None:
+                if piece is None:
                     raise self._failed(ErrorClass.MALFORMED, "the stream ended with no text")
-                stream.first = text
+                if isinstance(piece, Reasoning):  # thinking is not the answer's first token
+                    stream.before.append(piece)
+                    continue
+                stream.first = piece
         except BaseException:
             await stream.aclose()
             raise

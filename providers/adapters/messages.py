@@ -31,8 +31,16 @@ class ToolCallDelta:
     arguments: str = ""
 
 
-# A piece of a streamed answer: its text, or a piece of a tool call.
-Piece = str | ToolCallDelta
+@dataclass(frozen=True, slots=True)
+class Reasoning:
+    """A piece of a model's thinking before its answer (Ollama's `thinking`), given to
+    clients as `reasoning_content`; never the answer's first token."""
+
+    text: str
+
+
+# A piece of a streamed answer: its text, a piece of a tool call, or of the model's thinking.
+Piece = str | ToolCallDelta | Reasoning
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +100,7 @@ class CompletionRequest:
     tool_choice: str = ""  # "" (not sent) / auto / none / required / a tool's name
     output: OutputFormat | None = None
     options: tuple[tuple[str, Any], ...] = ()  # (name, value), in the table's order
+    model: str = ""  # the upstream model to ask ("": the provider's own), set by an alias
 
     @property
     def uses_tools(self) -> bool:
@@ -153,6 +162,7 @@ class Completion:
     latency_ms: float
     finish_reason: str = ""  # the provider's own word: stop, length, max_tokens, end_turn …
     tool_calls: tuple[ToolCall, ...] = ()
+    reasoning: str = ""  # the model's thinking before its answer, when it gave it
 
 
 class HealthLevel(StrEnum):

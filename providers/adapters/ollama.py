@@ -35,7 +35,7 @@ class OllamaAdapter(ProviderAdapter):
         if request.stop:
             options["stop"] = list(request.stop)
         payload: dict[str, Any] = {
-            "model": self.config.model,
+            "model": request.model or self.config.model,
             "messages": tools.ollama_messages(request) if request.turns else request.messages(),
             "stream": stream,  # Ollama streams unless told otherwise
         }

@@ -31,7 +31,10 @@ class OpenAICompatibleAdapter(ProviderAdapter):
         return headers
 
     def payload(self, request: CompletionRequest) -> dict[str, Any]:
-        payload: dict[str, Any] = {"model": self.config.model, "messages": request.messages()}
+        payload: dict[str, Any] = {
+            "model": request.model or self.config.model,
+            "messages": request.messages(),
+        }
         if request.max_tokens is not None:
             # OpenAI's reasoning models take only max_completion_tokens; many compatible
             # servers only max_tokens: the provider's row says which this one takes.

@@ -14,6 +14,7 @@ from providers.adapters.errors import ErrorClass
 from providers.adapters.messages import (
     Completion,
     Piece,
+    Reasoning,
     ToolCall,
     ToolCallDelta,
     estimate_tokens,
@@ -39,6 +40,8 @@ class CompletionStream:
         self.provider = adapter.name
         self.first: Piece = ""
         self.parts: list[str] = []
+        self.reasoning: list[str] = []  # the model's thinking, piece by piece
+        self.before: list[Reasoning] = []  # thinking that came before the first piece
         self.calls: dict[int, list[str]] = {}  # index → [id, name, arguments so far]
         self.blocks: dict[int, int] = {}  # the dialect's block index → its tool call's index
         self.json_tool = ""  # Anthropic: the forced tool whose input is the answer's text
@@ -114,6 +117,10 @@ class CompletionStream:
             call[0] = call[0] or piece.id
             call[1] = call[1] or piece.name
             call[2] += piece.arguments
+        elif isinstance(piece, Reasoning):
+            if not piece.text:
+                return ""
+            self.reasoning.append(piece.text)
         elif piece:
             self.parts.append(piece)
         return piece
@@ -169,4 +176,5 @@ class CompletionStream:
             latency_ms=latency_ms,
             finish_reason=self.finish_reason,
             tool_calls=self.tool_calls,
+            reasoning="".join(self.reasoning),
         )

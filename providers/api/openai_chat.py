@@ -210,6 +210,9 @@ async def _events(
     client_gone = True  # until the stream gets to its end
     try:
         yield shape.chunk({"role": "assistant", "content": ""}, failover=True)
+        if result.stream is not None:
+            for thought in result.stream.before:
+                yield shape.chunk(delta(thought))
         first = result.stream.first if result.stream is not None else result.text
         yield shape.chunk(delta(first))
         if result.stream is not None:

@@ -12,7 +12,7 @@ import json
 import time
 from typing import Any
 
-from providers.adapters.messages import Piece, ToolCall
+from providers.adapters.messages import Piece, Reasoning, ToolCall
 from providers.api.chat_request import ChatBody
 from providers.api.common import TIERS
 from providers.api.fields import JsonSchema
@@ -138,6 +138,10 @@ COMPLETION_SCHEMA: JsonSchema = {
                             },
                             "refusal": {"type": "null"},
                             "tool_calls": {"type": "array", "items": TOOL_CALL_SCHEMA},
+                            "reasoning_content": {
+                                "type": "string",
+                                "description": "The model's thinking, when it thought.",
+                            },
                         },
                     },
                     "logprobs": {"type": "null"},
@@ -171,6 +175,7 @@ CHUNK_SCHEMA: JsonSchema = {
                             "role": {"const": "assistant"},
                             "content": {"type": "string"},
                             "tool_calls": {"type": "array", "items": TOOL_CALL_CHUNK_SCHEMA},
+                            "reasoning_content": {"type": "string"},
                         },
                     },
                     "logprobs": {"type": "null"},
@@ -224,10 +229,13 @@ def tool_call(call: ToolCall) -> dict[str, Any]:
 
 
 def delta(piece: Piece) -> dict[str, Any]:
-    """A stream chunk's delta for one piece: text, or a piece of a tool call in OpenAI's
-    streaming shape (the first piece of a call has its id, type and name)."""
+    """A stream chunk's delta for one piece: text, a piece of a tool call in OpenAI's
+    streaming shape (the first piece of a call has its id, type and name), or of the model's
+    thinking as `reasoning_content` (the field DeepSeek's and vLLM's APIs use)."""
     if isinstance(piece, str):
         return {"content": piece}
+    if isinstance(piece, Reasoning):
+        return {"reasoning_content": piece.text}
     call: dict[str, Any] = {"index": piece.index}
     if piece.id or piece.name:
         call["id"] = piece.id
@@ -283,6 +291,8 @@ class Shape:
         if result.tool_calls:
             message["content"] = result.text or None
             message["tool_calls"] = [tool_call(call) for call in result.tool_calls]
+        if result.reasoning:
+            message["reasoning_content"] = result.reasoning
         return {
             **self._answer("chat.completion"),
             "choices": [

@@ -71,6 +71,7 @@ class RouteResult:
     cached_age_s: int | None = None
     finish_reason: str = "stop"
     tool_calls: tuple[ToolCall, ...] = ()
+    reasoning: str = ""
     error: dict[str, Any] | None = None
     store_prompt: bool = False  # the policy keeps prompts in the ledger
     # A streamed answer whose first token has arrived: the rest is read by the view, then
@@ -199,6 +200,7 @@ async def finish_stream(
     )
     result.text = completion.text
     result.tool_calls = completion.tool_calls
+    result.reasoning = completion.reasoning
     result.tokens_in, result.tokens_out, result.cost = (
         completion.tokens_in,
         completion.tokens_out,
@@ -266,6 +268,7 @@ def _answered(
     assert completion is not None
     routed.text = completion.text
     routed.tool_calls = completion.tool_calls
+    routed.reasoning = completion.reasoning
     routed.finish_reason = _finish_reason(completion.finish_reason)
     routed.tokens_in, routed.tokens_out = completion.tokens_in, completion.tokens_out
     routed.cost = result.cost
