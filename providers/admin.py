@@ -11,7 +11,15 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from providers.admin_audit import AuditedModelAdmin, ReadOnlyModelAdmin
-from providers.models import ClientApp, ConfigChange, FailoverPolicy, Provider, StaticAnswer
+from providers.models import (
+    AliasEntry,
+    ClientApp,
+    ConfigChange,
+    FailoverPolicy,
+    ModelAlias,
+    Provider,
+    StaticAnswer,
+)
 from providers.selectors import policy_get
 from providers.services.client_apps import client_app_create, client_app_revoke
 from providers.services.policy import policy_change_record
@@ -70,6 +78,32 @@ class ProviderAdmin(AuditedModelAdmin):
             return "none needed"
         # Why it can't be used: not set, or a variable the secret-variable rule refuses.
         return obj.api_key_problem or "set"
+
+
+class AliasEntryInline(admin.TabularInline):
+    """An alias's providers, in the order they are tried (saved through `save_formset`)."""
+
+    model = AliasEntry
+    fields = ("position", "provider", "model")
+    ordering = ("position", "id")
+    extra = 1
+
+
+@admin.register(ModelAlias)
+class ModelAliasAdmin(AuditedModelAdmin):
+    list_display = ("name", "entries_shown", "then_cascade", "enabled", "description")
+    list_filter = ("enabled", "then_cascade")
+    search_fields = ("name", "description")
+    readonly_fields = ("created_at", "updated_at")
+    fields = ("name", "description", "enabled", "then_cascade", "created_at", "updated_at")
+    inlines = (AliasEntryInline,)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[ModelAlias]:
+        return super().get_queryset(request).prefetch_related("entries__provider")
+
+    @admin.display(description="tried in turn")
+    def entries_shown(self, obj: ModelAlias) -> str:
+        return " → ".join(str(entry) for entry in obj.entries.all()) or "none"
 
 
 @admin.register(FailoverPolicy)

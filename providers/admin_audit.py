@@ -7,7 +7,7 @@ from typing import Any
 
 from django.contrib import admin
 from django.db.models import QuerySet
-from django.forms import ModelForm
+from django.forms import BaseModelFormSet, ModelForm
 from django.http import HttpRequest
 
 from providers.services.audit import RecordChange, row_save, rows_delete
@@ -31,6 +31,19 @@ class AuditedModelAdmin(admin.ModelAdmin):
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         rows_delete(rows=list(queryset), actor=request.user)
+
+    def save_formset(
+        self, request: HttpRequest, form: ModelForm, formset: BaseModelFormSet, change: bool
+    ) -> None:
+        """An inline's rows through the same services: each added, changed or deleted row is
+        recorded (and so moves the config version) even when the parent row itself is
+        unchanged."""
+        rows = formset.save(commit=False)
+        if formset.deleted_objects:
+            rows_delete(rows=formset.deleted_objects, actor=request.user)
+        for row in rows:
+            row_save(row=row, actor=request.user)
+        formset.save_m2m()
 
 
 class ReadOnlyModelAdmin(admin.ModelAdmin):

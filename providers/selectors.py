@@ -1,4 +1,5 @@
-"""Reads of the control plane: the policy row, and the snapshot the engine routes on."""
+"""Reads of the control plane: the policy row, and the snapshot the engine routes on (its
+providers, model aliases, budgets, static answers and client apps)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,22 @@ from django.db.models import Count, Max
 
 from billing.models import Budget
 from providers.engine.clients import ClientConfig, Clients
-from providers.engine.config import BudgetConfig, PolicyConfig, ProviderConfig, Snapshot
+from providers.engine.config import (
+    AliasConfig,
+    BudgetConfig,
+    PolicyConfig,
+    ProviderConfig,
+    Snapshot,
+)
 from providers.engine.faq import FaqEntry, FaqIndex
-from providers.models import ClientApp, ConfigChange, FailoverPolicy, Provider, StaticAnswer
+from providers.models import (
+    ClientApp,
+    ConfigChange,
+    FailoverPolicy,
+    ModelAlias,
+    Provider,
+    StaticAnswer,
+)
 from providers.models.client_app import lines_of, origins_normalised
 from providers.models.provider import model_names
 from providers.models.secret_env import secret_env_read
@@ -80,7 +94,29 @@ def snapshot_build(*, version: int) -> Snapshot:
         budgets=budgets,
         faq=faq_index_build(),
         clients=clients_build(),
+        aliases=aliases_build(providers),
     )
+
+
+def aliases_build(providers: tuple[ProviderConfig, ...]) -> tuple[AliasConfig, ...]:
+    """The enabled aliases, each entry as (provider, upstream model), a blank model read as
+    the provider's own. An entry whose provider is disabled is left out, and so is one whose
+    model its provider no longer serves (its model or chat models were edited since): a call
+    could only be refused, and would count against the provider's breaker for everyone."""
+    enabled = {provider.name: provider for provider in providers}
+    aliases = []
+    for row in ModelAlias.objects.filter(enabled=True).prefetch_related("entries__provider"):
+        entries: list[tuple[str, str]] = []
+        for entry in row.entries.all():
+            provider = enabled.get(entry.provider.name)
+            if provider is None:
+                continue
+            model = entry.model or provider.model
+            pair = (provider.name, model)
+            if (model == provider.model or model in provider.chat_models) and pair not in entries:
+                entries.append(pair)
+        aliases.append(AliasConfig(row.name, tuple(entries), row.then_cascade))
+    return tuple(aliases)
 
 
 def clients_build() -> Clients:

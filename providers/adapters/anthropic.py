@@ -85,8 +85,8 @@ class AnthropicAdapter(ProviderAdapter):
                     json_tool = ""
                     continue
                 calls.append(ToolCall(str(block.get("id") or ""), block["name"], arguments))
-        if not texts and not calls:
-            raise self.malformed("no text block in the content")
+        if not "".join(texts) and not calls:
+            raise self.empty(request)
         usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
         stop_reason = str(body.get("stop_reason") or "")
         return Completion(

@@ -27,6 +27,7 @@ from providers.adapters.messages import (
     HealthResult,
     Piece,
     Reasoning,
+    context_needed,
 )
 from providers.adapters.scrub import scrub, scrub_cut
 from providers.adapters.stream import CompletionStream
@@ -37,6 +38,7 @@ class ProviderAdapter(ABC):
     """One provider's dialect over one pooled HTTP client."""
 
     kind: ClassVar[str]
+    embeds: ClassVar[bool] = False  # the dialect has an embeddings endpoint (`embed`)
 
     def __init__(self, config: ProviderConfig, client: httpx.AsyncClient) -> None:
         self.config = config
@@ -47,6 +49,12 @@ class ProviderAdapter(ABC):
     @property
     def name(self) -> str:
         return self.config.name
+
+    @property
+    def dialect(self) -> str:
+        """The parameter table's column (`params`) it speaks: its kind's own, unless it speaks
+        another kind's dialect (Azure OpenAI speaks OpenAI's)."""
+        return self.kind
 
     @abstractmethod
     async def complete(self, request: CompletionRequest, *, timeout: float) -> Completion:
@@ -61,11 +69,42 @@ class ProviderAdapter(ABC):
         """Why this provider can't serve `request` as asked, as (the parameter, the reason);
         None when it can. The router skips it for the next one."""
         config = self.config
+        if request.embed:
+            if not self.embeds:
+                return "model", f"a {self.kind} provider doesn't embed"
+            if not config.embedding_models:
+                return "model", "its settings name no embedding model"
+            return None
         if request.uses_tools and not config.tools:
             return "tools", "its settings say it can't call tools"
         if request.output is not None and not config.json_output:
             return "response_format", "its settings say it can't give JSON output"
-        return params.refusal(request.options, self.kind)
+        return params.refusal(request.options, self.dialect)
+
+    async def embed(self, request: CompletionRequest, *, timeout: float) -> Completion:
+        """One embedding call for `request.embed` (a Completion whose `embeddings` are the
+        vectors, in order); raises ProviderError on any failure."""
+        raise self._failed(ErrorClass.UNSUPPORTED, f"a {self.kind} provider doesn't embed")
+
+    def embedding_model(self, request: CompletionRequest) -> str:
+        return request.model or self.config.embedding_models[0]
+
+    def vectors(self, raw: Any, count: int) -> tuple[tuple[float, ...], ...]:
+        """`count` vectors of numbers, all of one length, or a malformed answer."""
+        if not isinstance(raw, list) or len(raw) != count:
+            raise self.malformed(f"not {count} embeddings")
+        vectors = []
+        for vector in raw:
+            if (
+                not isinstance(vector, list)
+                or not vector
+                or not all(isinstance(x, int | float) and not isinstance(x, bool) for x in vector)
+            ):
+                raise self.malformed("an embedding is not a list of numbers")
+            vectors.append(tuple(float(x) for x in vector))
+        if len({len(vector) for vector in vectors}) > 1:
+            raise self.malformed("embeddings of different lengths")
+        return tuple(vectors)
 
     @property
     def paid_inference(self) -> bool:
@@ -209,7 +248,7 @@ class ProviderAdapter(ABC):
                     first_deadline, f"no first token within {first_deadline - started:.2f} s"
                 )
                 if piece is None:
-                    raise self._failed(ErrorClass.MALFORMED, "the stream ended with no text")
+                    raise self.empty(request)
                 if isinstance(piece, Reasoning):  # thinking is not the answer's first token
                     stream.before.append(piece)
                     continue
@@ -281,6 +320,20 @@ class ProviderAdapter(ABC):
 
     def malformed(self, what: str) -> ProviderError:
         return self._failed(ErrorClass.MALFORMED, f"unexpected answer: {what}")
+
+    def empty(self, request: CompletionRequest) -> ProviderError:
+        """An answer with no text and no tool call: malformed (a failure), unless the prompt
+        fills half the provider's window or more. A server whose real context is smaller than
+        its row says (llama.cpp's, say) answers an over-long prompt so: context too long, which
+        goes on to a larger window and counts nothing against the breaker."""
+        needed = context_needed(request)
+        if needed * 2 >= self.config.context_window:
+            return self._failed(
+                ErrorClass.CONTEXT_TOO_LONG,
+                f"an empty answer to a prompt of about {needed} tokens "
+                f"(window {self.config.context_window})",
+            )
+        return self.malformed("an empty answer")
 
 
 def _failure(exc: ProviderError) -> str:

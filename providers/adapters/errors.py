@@ -7,6 +7,7 @@ and nowhere else.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import UTC
 from email.utils import parsedate_to_datetime
@@ -18,11 +19,12 @@ class ErrorClass(StrEnum):
     TIMEOUT = "timeout"  # connect, read or the request's deadline
     SERVER_ERROR = "server_error"  # HTTP 5xx
     MALFORMED = "malformed"  # a 2xx whose body isn't the answer the API promises
-    RATE_LIMITED = "rate_limited"  # HTTP 429 (and Anthropic's 529 overloaded)
+    RATE_LIMITED = "rate_limited"  # HTTP 429 (Anthropic's 529 overloaded, Ollama's 503 busy)
     AUTH = "auth"  # HTTP 401/403: our credentials, not the client's fault
     CONTEXT_TOO_LONG = "context_too_long"  # HTTP 400 saying the input exceeds the context
     CLIENT_ERROR = "client_error"  # other HTTP 400/422: the request itself is at fault
     UPSTREAM_REJECTED = "upstream_rejected"  # other 4xx (404 model missing, 405 …): our config
+    UNSUPPORTED = "unsupported"  # HTTP 400: the model can't do what was asked (Ollama's tools)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +52,8 @@ ERROR_TABLE: dict[ErrorClass, ErrorRule] = {
     ),
     ErrorClass.CLIENT_ERROR: ErrorRule(try_next=False, breaker_failure=False),
     ErrorClass.UPSTREAM_REJECTED: ErrorRule(try_next=True, breaker_failure=True),
+    # The provider is fine; this request asks its model for what it lacks: skip it this once.
+    ErrorClass.UNSUPPORTED: ErrorRule(try_next=True, breaker_failure=False),
 }
 
 
@@ -130,3 +134,23 @@ _CONTEXT_MARKERS = (
 def _mentions_context_length(message: str) -> bool:
     lowered = message.lower()
     return any(marker in lowered for marker in _CONTEXT_MARKERS)
+
+
+# Ollama's 503 when its queue is full (OLLAMA_MAX_QUEUE): "server busy, please try again.
+# maximum pending requests exceeded". A moment's overload, not a fault: it cools down.
+_OLLAMA_BUSY = "server busy"
+# Ollama's 400 for a capability the model lacks: "registry.ollama.ai/library/llama3:latest does
+# not support tools", '"llama3" does not support thinking', "… does not support generate".
+_OLLAMA_UNSUPPORTED = re.compile(
+    r"does not support (tools|thinking|chat|generate|completion|insert|embeddings)\b"
+)
+
+
+def classify_ollama(status: int, message: str) -> ErrorClass:
+    """`classify_status` with Ollama's own words: a busy server cools down, and a model
+    without the capability asked for is skipped for the request, not the provider's fault."""
+    if status == 503 and _OLLAMA_BUSY in message.lower():
+        return ErrorClass.RATE_LIMITED
+    if status == 400 and _OLLAMA_UNSUPPORTED.search(message.lower()):
+        return ErrorClass.UNSUPPORTED
+    return classify_status(status, message)

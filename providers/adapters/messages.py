@@ -101,6 +101,10 @@ class CompletionRequest:
     output: OutputFormat | None = None
     options: tuple[tuple[str, Any], ...] = ()  # (name, value), in the table's order
     model: str = ""  # the upstream model to ask ("": the provider's own), set by an alias
+    # An embedding request: the texts to embed (`prompt` is them joined, for the estimates),
+    # and the vectors' length when the caller asks for one.
+    embed: tuple[str, ...] = ()
+    dimensions: int | None = None
 
     @property
     def uses_tools(self) -> bool:
@@ -163,6 +167,8 @@ class Completion:
     finish_reason: str = ""  # the provider's own word: stop, length, max_tokens, end_turn …
     tool_calls: tuple[ToolCall, ...] = ()
     reasoning: str = ""  # the model's thinking before its answer, when it gave it
+    tokens_estimated: bool = False  # the counts are the gateway's estimate, not the provider's
+    embeddings: tuple[tuple[float, ...], ...] = ()  # an embedding request's vectors, in order
 
 
 class HealthLevel(StrEnum):
@@ -192,6 +198,13 @@ HEALTH_PROBE = CompletionRequest(prompt="Reply with one word: ok", max_tokens=1)
 def estimate_tokens(text: str) -> int:
     """A provider-independent estimate (about four characters a token) for budgets."""
     return max(1, len(text) // 4)
+
+
+def context_needed(request: CompletionRequest) -> int:
+    """The tokens a call needs of a provider's context window, estimated: the prompt (about
+    four characters a token, plus each message's framing) and the longest answer asked for."""
+    turns = len(request.turns) or len(request.history) + 1
+    return estimate_tokens(request.all_text()) + 4 * turns + (request.max_tokens or 0)
 
 
 # No real answer has more; a bigger count is nonsense that would not fit the ledger's column.

@@ -1,31 +1,67 @@
 """Ollama's native API: `POST /api/chat` (whole, or streamed as one JSON object a line) and
 `GET /api/tags`. Its health check has all three levels: the tags answer, the model is pulled, a
-one-token chat (`options.num_predict: 1`, not streamed) answers."""
+one-token chat (`options.num_predict: 1`, not streamed) answers.
+
+Every chat carries what the provider's row says of the model: `think` (off by default: a
+thinking model then answers at once), `options.num_ctx` (its context window; Ollama's own
+default is 4096 tokens) and `keep_alive` when set. A model's thinking is its `reasoning`, never
+the answer's first token. With an API key (ollama.com, or a proxy in front of a server) every
+call carries it as a bearer token.
+"""
 
 from __future__ import annotations
 
+import re
 from typing import Any
+
+import httpx
 
 from providers.adapters import params, tools
 from providers.adapters.base import ProviderAdapter
-from providers.adapters.errors import ErrorClass
+from providers.adapters.errors import ErrorClass, ProviderError, classify_ollama
 from providers.adapters.messages import (
+    HEALTH_PROBE,
     Completion,
     CompletionRequest,
     HealthResult,
     Piece,
+    Reasoning,
     ToolCallDelta,
     token_count,
 )
 from providers.adapters.stream import CompletionStream
+
+# A keep_alive that is a bare number is seconds, and Ollama takes it only as a JSON number:
+# the string "-1" or "3600" fails its duration parser ("missing unit"); "30m" stays a string.
+_SECONDS = re.compile(r"-?\d+(\.\d+)?")
+_THINK = {"off": False, "on": True}  # low / medium / high are sent as they are
+
+
+def keep_alive_value(keep_alive: str) -> str | int | float:
+    """The provider's keep_alive as Ollama reads it: a number of seconds (negative: keep the
+    model loaded, 0: unload it after the answer) or a duration string ("30m", "24h")."""
+    if _SECONDS.fullmatch(keep_alive):
+        seconds = float(keep_alive)
+        return int(seconds) if seconds.is_integer() else seconds
+    return keep_alive
 
 
 class OllamaAdapter(ProviderAdapter):
     kind = "ollama"
     stream_framing = "ndjson"
 
+    def headers(self) -> dict[str, str]:
+        # Ollama's own API needs no key locally; ollama.com (or a proxy) takes a bearer token.
+        if self.config.api_key:
+            return {"authorization": f"Bearer {self.config.api_key}"}
+        return {}
+
     def payload(self, request: CompletionRequest, *, stream: bool) -> dict[str, Any]:
-        options: dict[str, Any] = {}
+        config = self.config
+        # The same num_ctx on every call, the health probe's included: a call with another
+        # num_ctx makes Ollama reload the model with that window, and the next chat reload it
+        # back. Without one Ollama serves its default (4096), not the window the row says.
+        options: dict[str, Any] = {"num_ctx": config.context_window}
         if request.max_tokens is not None:
             options["num_predict"] = request.max_tokens
         if request.temperature is not None:
@@ -35,12 +71,18 @@ class OllamaAdapter(ProviderAdapter):
         if request.stop:
             options["stop"] = list(request.stop)
         payload: dict[str, Any] = {
-            "model": request.model or self.config.model,
+            "model": request.model or config.model,
             "messages": tools.ollama_messages(request) if request.turns else request.messages(),
             "stream": stream,  # Ollama streams unless told otherwise
+            "options": options,
+            # A thinking model thinks unless told not to; false is taken by every model (only
+            # true or a level is refused by one that can't think). The one-token health probe
+            # never thinks: its token would be thinking, and the probe would cost a trace.
+            "think": False if request is HEALTH_PROBE else _THINK.get(config.think, config.think),
         }
-        if options:
-            payload["options"] = options
+        if config.keep_alive:
+            # The probe too: a call without keep_alive resets the model's stay to Ollama's 5 m.
+            payload["keep_alive"] = keep_alive_value(config.keep_alive)
         tools.add_ollama(payload, request)
         params.apply(payload, request.options, self.kind)
         return payload
@@ -57,8 +99,11 @@ class OllamaAdapter(ProviderAdapter):
         try:
             message = body["message"]
             text = message.get("content")
+            thinking = message.get("thinking") or ""
         except (KeyError, TypeError, AttributeError):
             raise self.malformed("no message") from None
+        if not isinstance(thinking, str):
+            raise self.malformed("message.thinking is not text")
         calls = tools.ollama_calls(message.get("tool_calls"))
         if calls is None:
             raise self.malformed("message.tool_calls is not a list of calls")
@@ -66,6 +111,9 @@ class OllamaAdapter(ProviderAdapter):
             text = ""
         if not isinstance(text, str):
             raise self.malformed("message.content is not text")
+        if not text and not calls and not thinking:
+            # (a model that spent its whole token limit thinking has answered, if only that)
+            raise self.empty(request)
         return Completion(
             text=text,
             provider=self.name,
@@ -75,6 +123,18 @@ class OllamaAdapter(ProviderAdapter):
             # Ollama says "stop" after a tool call too; OpenAI's clients look for tool_calls.
             finish_reason="tool_calls" if calls else str(body.get("done_reason") or ""),
             tool_calls=calls,
+            reasoning=thinking,
+        )
+
+    def _status_error(self, response: httpx.Response, body: bytes) -> ProviderError:
+        """Ollama's error statuses in its own words (`classify_ollama`): a busy server's 503
+        cools down, a model lacking a capability asked for is skipped for the request."""
+        error = super()._status_error(response, body)
+        error_class = classify_ollama(response.status_code, error.message)
+        if error_class == error.error_class:
+            return error
+        return ProviderError(
+            error_class, error.message, status=error.status, retry_after_s=error.retry_after_s
         )
 
     def stream_request(self, request: CompletionRequest) -> tuple[str, dict[str, Any]]:
@@ -84,10 +144,12 @@ class OllamaAdapter(ProviderAdapter):
         if not isinstance(event, dict):
             raise self.malformed("a stream line is not an object")
         if event.get("error"):
+            # Mid-stream the status is already 200: the error is a line {"error": "..."}.
             detail = self.upstream_text(str(event["error"]), 480)
             raise self._failed(ErrorClass.SERVER_ERROR, f"error line: {detail}")
         message = event.get("message")
         text = message.get("content") if isinstance(message, dict) else None
+        thinking = message.get("thinking") if isinstance(message, dict) else None
         if event.get("done") is True:
             stream.done = True
             stream.finish_reason = str(event.get("done_reason") or "stop")
@@ -98,18 +160,50 @@ class OllamaAdapter(ProviderAdapter):
         calls = tools.ollama_calls(message.get("tool_calls")) if isinstance(message, dict) else ()
         if calls is None:
             raise self.malformed("message.tool_calls is not a list of calls")
-        if calls:
-            # Ollama sends each call whole, in one line: one piece a call.
-            pieces = [
-                ToolCallDelta(len(stream.calls) + offset, call.id, call.name, call.arguments)
-                for offset, call in enumerate(calls)
-            ]
-            stream.queued.extend(pieces[1:])
-            if text:
-                stream.queued.appendleft(pieces[0])
-                return text
-            return pieces[0]
-        return text if isinstance(text, str) else ""
+        # A line's thinking first, then its text, then its calls (each sent whole, in one
+        # line: one piece a call); the first is returned, the others are given next.
+        pieces: list[Piece] = []
+        if thinking and isinstance(thinking, str):
+            pieces.append(Reasoning(thinking))
+        if text and isinstance(text, str):
+            pieces.append(text)
+        pieces += [
+            ToolCallDelta(len(stream.calls) + offset, call.id, call.name, call.arguments)
+            for offset, call in enumerate(calls)
+        ]
+        if not pieces:
+            return ""
+        stream.queued.extend(pieces[1:])
+        return pieces[0]
+
+    embeds = True
+
+    async def embed(self, request: CompletionRequest, *, timeout: float) -> Completion:
+        """`POST /api/embed`, with `truncate: false`: an input past the model's context is an
+        error (context too long, so a larger window may serve it), never silently cut."""
+        payload: dict[str, Any] = {
+            "model": self.embedding_model(request),
+            "input": list(request.embed),
+            "truncate": False,
+            "options": {"num_ctx": self.config.context_window},
+        }
+        if request.dimensions is not None:
+            payload["dimensions"] = request.dimensions
+        if self.config.keep_alive:
+            payload["keep_alive"] = keep_alive_value(self.config.keep_alive)
+        body, latency_ms = await self.request_json(
+            "POST", "/api/embed", payload=payload, timeout=timeout
+        )
+        if not isinstance(body, dict):
+            raise self.malformed("the body is not an object")
+        return Completion(
+            text="",
+            provider=self.name,
+            tokens_in=token_count(body.get("prompt_eval_count")),
+            tokens_out=0,
+            latency_ms=latency_ms,
+            embeddings=self.vectors(body.get("embeddings"), len(request.embed)),
+        )
 
     @property
     def paid_inference(self) -> bool:

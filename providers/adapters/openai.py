@@ -1,6 +1,7 @@
-"""OpenAI-compatible APIs (OpenAI, vLLM, llama.cpp server, LM Studio, most gateways):
-`POST /v1/chat/completions` (whole or streamed as server-sent events) and `GET /v1/models`,
-with a bearer key."""
+"""OpenAI-compatible APIs (OpenAI, Gemini's compatible API, vLLM, llama.cpp server, LM Studio,
+most gateways): `POST {base}/chat/completions` (whole or streamed as server-sent events) and
+`GET {base}/models`, with a bearer key. The base is the provider's base URL as OpenAI's SDKs
+take it, a bare origin meaning its /v1 (`providers.engine.config.api_base`)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,52 @@ from providers.adapters.stream import CompletionStream
 class OpenAICompatibleAdapter(ProviderAdapter):
     kind = "openai"
     stream_framing = "sse"
+    # Under the API's base URL (`ProviderConfig.http_base_url`).
+    models_path = "/models"
+    embeds = True
+
+    def chat_path(self, request: CompletionRequest) -> str:
+        """Where `request` is posted, under the API's base URL."""
+        return "/chat/completions"
+
+    def embeddings_path(self, model: str) -> str:
+        return "/embeddings"
+
+    async def embed(self, request: CompletionRequest, *, timeout: float) -> Completion:
+        """`POST {base}/embeddings`, always as floats (the gateway encodes base64 itself)."""
+        model = self.embedding_model(request)
+        body, latency_ms = await self.request_json(
+            "POST",
+            self.embeddings_path(model),
+            payload=self.embed_payload(request),
+            timeout=timeout,
+        )
+        data = body.get("data") if isinstance(body, dict) else None
+        if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
+            raise self.malformed("no data list of embeddings")
+        ordered = sorted(data, key=lambda item: item.get("index") or 0)
+        usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+        return Completion(
+            text="",
+            provider=self.name,
+            tokens_in=token_count(usage.get("prompt_tokens")),
+            tokens_out=0,
+            latency_ms=latency_ms,
+            embeddings=self.vectors(
+                [item.get("embedding") for item in ordered], len(request.embed)
+            ),
+        )
+
+    def embed_payload(self, request: CompletionRequest) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "model": self.embedding_model(request),
+            "input": list(request.embed),
+            "encoding_format": "float",
+        }
+        if request.dimensions is not None:
+            payload["dimensions"] = request.dimensions
+        params.apply(payload, request.options, self.dialect)
+        return payload
 
     def headers(self) -> dict[str, str]:
         headers = {"content-type": "application/json"}
@@ -46,12 +93,12 @@ class OpenAICompatibleAdapter(ProviderAdapter):
         if request.stop:
             payload["stop"] = list(request.stop)
         tools.add_openai(payload, request)
-        params.apply(payload, request.options, self.kind)
+        params.apply(payload, request.options, self.dialect)
         return payload
 
     async def complete(self, request: CompletionRequest, *, timeout: float) -> Completion:
         body, latency_ms = await self.request_json(
-            "POST", "/v1/chat/completions", payload=self.payload(request), timeout=timeout
+            "POST", self.chat_path(request), payload=self.payload(request), timeout=timeout
         )
         try:
             message = body["choices"][0]["message"]
@@ -66,6 +113,8 @@ class OpenAICompatibleAdapter(ProviderAdapter):
         if not isinstance(text, str):
             # A null content without a call is a refusal: nothing a frontend can show.
             raise self.malformed("choices[0].message.content is not text")
+        if not text and not calls:
+            raise self.empty(request)
         usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
         finish_reason = body["choices"][0].get("finish_reason")
         return Completion(
@@ -82,7 +131,7 @@ class OpenAICompatibleAdapter(ProviderAdapter):
         payload = self.payload(request)
         payload["stream"] = True
         payload["stream_options"] = {"include_usage": True}
-        return "/v1/chat/completions", payload
+        return self.chat_path(request), payload
 
     def stream_event(self, event: Any, stream: CompletionStream) -> Piece:
         if not isinstance(event, dict):
@@ -125,7 +174,7 @@ class OpenAICompatibleAdapter(ProviderAdapter):
         )
 
     async def health_check(self, *, timeout: float, inference: bool = False) -> HealthResult:
-        return await self.health_levels("/v1/models", timeout=timeout, inference=inference)
+        return await self.health_levels(self.models_path, timeout=timeout, inference=inference)
 
     def model_problem(self, body: Any) -> str:
         data = body.get("data") if isinstance(body, dict) else None

@@ -166,15 +166,20 @@ class CompletionStream:
             self._closed = True
             await self._response.aclose()
 
-    def completion(self, latency_ms: float) -> Completion:
-        """The whole answer, once the stream is done (for the cache and the ledger)."""
+    def completion(self, latency_ms: float, prompt_tokens: int = 0) -> Completion:
+        """The whole answer, once the stream is done (for the cache and the ledger). A stream
+        whose upstream sent no usage is counted by estimate (`prompt_tokens` for the prompt, the
+        text's for the answer), and the completion says so."""
+        answer = self.text + "".join(call[1] + call[2] for call in self.calls.values())
+        estimated = not (self.tokens_in and self.tokens_out)
         return Completion(
             text=self.text,
             provider=self.provider,
-            tokens_in=self.tokens_in,
-            tokens_out=self.tokens_out or estimate_tokens(self.text),
+            tokens_in=self.tokens_in or prompt_tokens,
+            tokens_out=self.tokens_out or estimate_tokens(answer),
             latency_ms=latency_ms,
             finish_reason=self.finish_reason,
             tool_calls=self.tool_calls,
             reasoning="".join(self.reasoning),
+            tokens_estimated=estimated,
         )

@@ -1,4 +1,5 @@
-"""The immutable configuration the router reads: providers, policy, budgets and static answers.
+"""The immutable configuration the router reads: providers, model aliases, policy, budgets and
+static answers.
 
 Plain data: built from the database by `providers.selectors.snapshot_build` when the config
 version moves, then swapped in whole (`failover_site.runtime.snapshots`), so a request in steady
@@ -50,14 +51,35 @@ class ProviderConfig:
 
     @property
     def http_base_url(self) -> str:
-        """The origin the adapter's paths are appended to (a trailing /v1 is the adapter's)."""
-        base = self.base_url.rstrip("/")
-        return base[:-3] if base.endswith("/v1") else base
+        """The URL the adapter's paths are appended to (`api_base`)."""
+        return api_base(self.kind, self.base_url)
 
     def cost(self, tokens_in: int, tokens_out: int) -> Decimal:
         return (
             self.price_input_per_1m * tokens_in + self.price_output_per_1m * tokens_out
         ) / 1_000_000
+
+
+def api_base(kind: str, base_url: str) -> str:
+    """The URL a provider's API paths are appended to, from its base URL as its kind takes it.
+
+    - OpenAI-compatible: the base URL as OpenAI's SDKs take it, the URL that /chat/completions
+      and /models go under (".../v1", Gemini's ".../v1beta/openai", a proxy's prefix), except
+      that a bare origin means its /v1: "https://api.openai.com" is ".../v1".
+    - Azure OpenAI: the resource's endpoint ("https://RES.openai.azure.com", or a gateway's
+      prefix), which /openai/deployments/... goes under; the SDK's form ending in /openai is
+      the same endpoint. One ending in /openai/v1 is Azure's v1 API, kept as given.
+    - Ollama and Anthropic: what their /api/... and /v1/... paths go under; a trailing /v1 is
+      the adapter's own.
+    A trailing slash never matters.
+    """
+    base = base_url.rstrip("/")
+    if kind == "openai":
+        origin_only = "/" not in base.partition("://")[2]
+        return base + "/v1" if origin_only else base
+    if kind == "azure":
+        return base[: -len("/openai")] if base.endswith("/openai") else base
+    return base[:-3] if base.endswith("/v1") else base
 
 
 def bucket_width(failure_window_s: int, p95_window_s: int) -> int:
@@ -143,6 +165,16 @@ class BudgetConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class AliasConfig:
+    """An enabled model alias: the (provider, upstream model) pairs a request naming it tries
+    in turn (enabled providers only), and whether the rest of the cascade follows them."""
+
+    name: str
+    entries: tuple[tuple[str, str], ...]
+    then_cascade: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     version: int
     providers: tuple[ProviderConfig, ...]  # enabled ones, by priority
@@ -150,6 +182,7 @@ class Snapshot:
     budgets: tuple[BudgetConfig, ...] = ()
     faq: FaqIndex = field(default_factory=lambda: FaqIndex(()))
     clients: Clients = field(default_factory=Clients)
+    aliases: tuple[AliasConfig, ...] = ()  # enabled ones, by name
 
     @property
     def cors_origins(self) -> frozenset[str]:
@@ -166,3 +199,6 @@ class Snapshot:
 
     def provider(self, name: str) -> ProviderConfig | None:
         return next((p for p in self.providers if p.name == name), None)
+
+    def alias(self, name: str) -> AliasConfig | None:
+        return next((a for a in self.aliases if a.name == name), None)

@@ -5,7 +5,10 @@ It serves the test suite, the benchmarks (a fast fixed-response upstream) and op
 failover drills (`manage.py fakeprovider`, `manage.py drill`). Control it in-process through
 `FakeProvider`, or over HTTP: `POST /_control/fault`, `GET /_control/stats`,
 `POST /_control/reset`, `POST /_control/refuse` (connections refused for a while). What each
-call carried is kept for the tests: `FakeProvider.last_request(path)`.
+call carried is kept for the tests: `FakeProvider.last_request(path)`. Azure OpenAI's paths
+(`/openai/deployments/{deployment}/chat/completions`, `/openai/models`, with api-version and the
+api-key header) and OpenAI's endpoints under any path prefix (`/v1beta/openai/chat/completions`,
+Gemini's shape) are in `azure`.
 """
 
 from __future__ import annotations

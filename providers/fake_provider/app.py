@@ -2,11 +2,14 @@
 
 Faults apply to the chat endpoints (Ollama's chat and generate, OpenAI's chat completions,
 Anthropic's messages, and the embeddings), and to every provider endpoint when scope is "all".
-A call is counted, and its body and headers kept (`FakeState.last_request`), when it reaches the
-app, before any fault. The order inside a call: API key (every dialect, when one is set: a
-bearer token for Ollama and OpenAI, x-api-key for Anthropic), the request's JSON, the fault
-mode, error_rate, the model, the answer (`answers`). `cut_stream` on a non-streamed call declares
-the full Content-Length, sends half the body and closes the connection.
+A call is counted, and its body, headers and query kept (`FakeState.last_request`), when it
+reaches the app, before any fault. The order inside a call: API key (every dialect, when one is
+set: a bearer token for Ollama and OpenAI, x-api-key for Anthropic, api-key for Azure), the
+request's JSON, the fault mode, error_rate, the model, the answer (`answers`). `cut_stream` on a
+non-streamed call declares the full Content-Length, sends half the body and closes the
+connection. Past the fixed `ROUTES`, `azure.route` finds Azure OpenAI's paths and OpenAI's
+endpoints under a path prefix (Azure's api-version, key and deployment checked first, by
+`azure.refusal`).
 
 A streamed answer sends its status and headers at once, then its chunks: under `stall` the
 first one comes delay_ms later (a slow time to first token, where `slow` delays the headers
@@ -25,7 +28,7 @@ import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from providers.fake_provider import answers, dialects, leaks
+from providers.fake_provider import answers, azure, dialects, leaks
 from providers.fake_provider.chat_request import parse_chat, parse_request, wants_stream
 from providers.fake_provider.config import (
     HANG_CAP_SECONDS,
@@ -87,6 +90,9 @@ class FakeProviderApp:
             await self._control(method, path, receive, send)
             return
         route = ROUTES.get((method, path))
+        prefixed = azure.route(method, path) if route is None else None
+        if prefixed is not None:
+            route = (OPENAI, prefixed.endpoint)
         if route is None:
             status = 405 if path in _PATHS else 404
             await _deliver(dialects.json_reply(status, {"error": "not found"}), send)
@@ -96,10 +102,17 @@ class FakeProviderApp:
         config, rate_fail = self.state.record(path, chat=chat)
         echo = leaks.credentials_of(scope["headers"]) if config.echo_key else ""
         body = await read_body(receive) if method == "POST" else b""
-        self.state.remember(path, _decoded(body), _headers(scope))
+        query, headers = scope.get("query_string", b"").decode("latin-1"), _headers(scope)
+        self.state.remember(path, _decoded(body), headers, query)
         # GET /v1/models is shared: OpenAI's clients send a bearer key, Anthropic's x-api-key.
-        key_dialects = (OPENAI, ANTHROPIC) if endpoint == "models" else (dialect,)
-        if config.api_key and not any(_authorized(scope, d, config.api_key) for d in key_dialects):
+        keyed = (OPENAI, ANTHROPIC) if endpoint == "models" else (dialect,)
+        if prefixed is not None:
+            refused = azure.refusal(prefixed, config, query, headers)
+            if refused is not None:
+                await _deliver(refused, send, echo)
+                return
+            body = azure.with_deployment(body, prefixed.deployment)
+        elif config.api_key and not any(_authorized(scope, d, config.api_key) for d in keyed):
             await _deliver(dialects.error(dialect, "unauthorized"), send, echo)
             return
         request: dict[str, Any] = {}

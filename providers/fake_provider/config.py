@@ -323,14 +323,15 @@ class FakeState:
             self._error_debt = 0.0
             return self.config
 
-    def remember(self, path: str, body: Any, headers: Mapping[str, str]) -> None:
-        """Keep what a call to `path` carried (its decoded JSON body and its headers)."""
+    def remember(self, path: str, body: Any, headers: Mapping[str, str], query: str = "") -> None:
+        """Keep what a call to `path` carried (its decoded JSON body, headers and query)."""
         with self._lock:
-            self._last[path] = {"body": body, "headers": dict(headers)}
+            self._last[path] = {"body": body, "headers": dict(headers), "query": query}
 
     def last_request(self, path: str) -> dict[str, Any] | None:
         """The last call to `path`: {"body": decoded JSON (None when it did not parse),
-        "headers": {lower-case name: value}}; None before any call (or after `reset`)."""
+        "headers": {lower-case name: value}, "query": the raw query string}; None before any
+        call (or after `reset`)."""
         with self._lock:
             return self._last.get(path)
 

@@ -1,5 +1,6 @@
-"""The control plane's data: the provider registry, the failover policy, the static answers and
-the client apps that may call the API, and the record of every operator change and outage.
+"""The control plane's data: the provider registry, the model aliases, the failover policy, the
+static answers and the client apps that may call the API, and the record of every operator
+change and outage.
 
 Models hold data and small properties; writes go through `providers.services`. One module per
 model (or close family); this package is the one place Django and the rest of the code import
@@ -8,6 +9,7 @@ them from.
 
 from __future__ import annotations
 
+from providers.models.alias import AliasEntry, ModelAlias
 from providers.models.audit import ChangeAction, ConfigChange, Incident, IncidentClosedReason
 from providers.models.client_app import ClientApp
 from providers.models.policy import (
@@ -23,6 +25,7 @@ from providers.models.validators import TASK_NAME, env_var_name_validator, http_
 
 __all__ = [
     "TASK_NAME",
+    "AliasEntry",
     "CacheMode",
     "ChangeAction",
     "ClientApp",
@@ -31,6 +34,7 @@ __all__ = [
     "Incident",
     "IncidentClosedReason",
     "KillSwitch",
+    "ModelAlias",
     "Provider",
     "ProviderKind",
     "StaticAnswer",

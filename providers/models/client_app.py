@@ -10,6 +10,7 @@ from django.core.validators import RegexValidator
 from django.db import models
 
 from providers.engine.clients import ANY_MODEL
+from providers.models.alias import MODEL_NAME
 
 
 def lines_of(value: str) -> list[str]:
@@ -95,8 +96,9 @@ class ClientApp(models.Model):
     )
     allowed_models = models.TextField(
         blank=True,
-        help_text=f"Providers this app may ask for by name (the 'model' field), one per line; "
-        f'{ANY_MODEL} for any. Empty: only "auto", the cascade.',
+        help_text=f"Providers and model aliases this app may ask for by name (the 'model' "
+        f"field), one per line; {ANY_MODEL} for any. An alias not listed is allowed too when "
+        f'every provider it names is. Empty: only "auto", the cascade.',
     )
     allow_high_priority = models.BooleanField(
         default=False,
@@ -124,9 +126,12 @@ class ClientApp(models.Model):
         unknown = [
             name
             for name in lines_of(self.allowed_models)
-            if name != ANY_MODEL and not CLIENT_NAME.match(name)
+            if name != ANY_MODEL and not MODEL_NAME.match(name)
         ]
         if unknown:
             raise ValidationError(
-                {"allowed_models": f"'{unknown[0]}' is not a provider name (or {ANY_MODEL})."}
+                {
+                    "allowed_models": f"'{unknown[0]}' is not a provider's or an alias's name "
+                    f"(or {ANY_MODEL})."
+                }
             )

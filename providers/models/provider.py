@@ -62,6 +62,11 @@ class Provider(models.Model):
         max_length=500,
         validators=[http_url_validator],
         help_text="e.g. http://127.0.0.1:11434 for Ollama, https://api.openai.com for OpenAI. "
+        "OpenAI-compatible: the base URL as the provider publishes it for OpenAI's SDKs "
+        "(https://generativelanguage.googleapis.com/v1beta/openai, http://proxy/llm/v1); "
+        "/chat/completions and /models go under it, and a URL without a path means its /v1. "
+        "Azure OpenAI: the resource's endpoint (https://RES.openai.azure.com), or "
+        "https://RES.openai.azure.com/openai/v1 for its v1 API. "
         "Loopback and private addresses need OUTBOUND_ALLOW; link-local and cloud metadata "
         "addresses are never called.",
     )
@@ -86,7 +91,8 @@ class Provider(models.Model):
         "API version",
         max_length=32,
         blank=True,
-        help_text="Azure OpenAI: the api-version query parameter (e.g. 2024-10-21).",
+        help_text="Azure OpenAI: the api-version query parameter (e.g. 2024-10-21; v1 for its "
+        "v1 API, a base URL ending in /openai/v1).",
     )
     think = models.CharField(
         "thinking",

@@ -194,16 +194,18 @@ class TestAGoodAnswer:
 
         await adapter.complete(shop_question(max_tokens=3, temperature=0.2), timeout=5)
 
-        assert wire.sent[0]["options"] == {"num_predict": 3, "temperature": 0.2}
+        assert wire.sent[0]["options"] == {"num_ctx": 8192, "num_predict": 3, "temperature": 0.2}
         assert wire.sent[0]["stream"] is False
 
-    async def test_ollama_gets_no_options_when_none_are_given(self, fake, make_adapter):
+    async def test_ollama_gets_only_its_context_window_when_no_options_are_given(
+        self, fake, make_adapter
+    ):
         adapter = make_adapter("ollama", fake.url)
         wire = Wire(adapter.client)
 
         await adapter.complete(shop_question(), timeout=5)
 
-        assert "options" not in wire.sent[0]
+        assert wire.sent[0]["options"] == {"num_ctx": 8192}
 
     async def test_openai_gets_max_tokens_and_temperature(self, fake, make_adapter):
         adapter = make_adapter("openai", fake.url)
@@ -487,7 +489,7 @@ class TestHealthCheck:
 
 class TestContract:
     def test_the_registry_maps_each_kind_to_its_adapter(self):
-        assert set(ADAPTERS) == {"ollama", "openai", "anthropic"}
+        assert set(ADAPTERS) == {"ollama", "openai", "anthropic", "azure"}
         assert ADAPTERS["ollama"] is OllamaAdapter
         assert ADAPTERS["openai"] is OpenAICompatibleAdapter
 

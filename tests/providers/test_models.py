@@ -181,7 +181,7 @@ class TestProvider:
             ("context_window", 10),
             ("price_input_per_1m", -1),
             ("price_output_per_1m", -0.01),
-            ("kind", "azure"),
+            ("kind", "bedrock"),
         ],
     )
     def test_it_rejects_out_of_range_values(self, field, value):

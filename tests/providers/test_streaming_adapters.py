@@ -363,7 +363,7 @@ class TestOllamaStream(StreamContract, CutAfterTheFirstToken, PauseAfterTheFirst
         await the_rest(stream)
 
         assert wire.sent[0]["stream"] is True
-        assert wire.sent[0]["options"] == {"num_predict": 3, "temperature": 0.2}
+        assert wire.sent[0]["options"] == {"num_ctx": 8192, "num_predict": 3, "temperature": 0.2}
         assert wire.sent[0]["messages"][0] == {"role": "system", "content": SYSTEM}
 
 
