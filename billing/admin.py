@@ -126,7 +126,16 @@ class CallRecordAdmin(ReadOnlyModelAdmin):
         ("Attempts", {"fields": ("attempts_table",)}),
         (
             "Tokens and cost",
-            {"fields": ("tokens_in", "tokens_out", "cost", "cache_hit", "static_answer")},
+            {
+                "fields": (
+                    "tokens_in",
+                    "tokens_out",
+                    "tokens_estimated",
+                    "cost",
+                    "cache_hit",
+                    "static_answer",
+                )
+            },
         ),
         ("Prompt", {"fields": ("prompt_hash", "prompt")}),
     )

@@ -189,6 +189,11 @@ class CallRecord(models.Model):
     )
     tokens_in = models.PositiveIntegerField(default=0)
     tokens_out = models.PositiveIntegerField(default=0)
+    tokens_estimated = models.BooleanField(
+        default=False,
+        help_text="The token counts (and so the cost) are the gateway's estimate: the "
+        "provider's stream reported no usage.",
+    )
     cost = models.DecimalField(max_digits=14, decimal_places=8, default=Decimal("0"))
     cache_hit = models.BooleanField(default=False)
     static_answer = models.ForeignKey(

@@ -122,6 +122,7 @@ def record_call(
             "latency_ms": latency_ms,
             "tokens_in": result.tokens_in,
             "tokens_out": result.tokens_out,
+            "tokens_estimated": result.tokens_estimated,
             "cost": result.cost,
             "cache_hit": result.cache_hit,
             "static_answer_id": result.static_answer_id,

@@ -35,10 +35,12 @@ ANSWER_OPTIONS = frozenset(
 )
 
 
-def answer_key(request: CompletionRequest) -> str:
-    """The cache key of the answer to `request` ("" for one that may be a tool call: no
-    cached text can stand in for a call, nor a call be cached as text)."""
-    if request.uses_tools:
+def answer_key(request: CompletionRequest, group: tuple[tuple[str, str], ...] = ()) -> str:
+    """The cache key of the answer to `request` ("" for one that may be a tool call, or an
+    embedding: no cached text can stand in for either, nor be cached as text). A model alias's
+    answers (`group`: its entries, the models asked for) are kept apart from the cascade's
+    and from other aliases'."""
+    if request.uses_tools or request.embed:
         return ""
     shape: dict[str, Any] = {
         "system": _normalized(request.system_prompt),
@@ -52,6 +54,8 @@ def answer_key(request: CompletionRequest) -> str:
     if request.output is not None:  # a JSON answer is an answer to its format only
         output = request.output
         shape["output"] = [output.kind, output.name, output.schema, output.strict]
+    if group:
+        shape["models"] = [list(entry) for entry in group]
     shaping = [[name, value] for name, value in request.options if name in ANSWER_OPTIONS]
     if shaping:
         shape["options"] = shaping

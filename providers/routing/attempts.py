@@ -41,7 +41,11 @@ async def admit(walk: Walk, provider: ProviderConfig) -> Ticket | AttemptResult:
     """The breaker's and the budgets' say before a call: a ticket, or why it is skipped."""
     request, policy, ports = walk.request, walk.policy, walk.ports
     store, name = ports.store, provider.name
-    adapter = ports.adapters.get(provider)
+    # An alias's entry is its provider asking for another model: the provider's own adapter.
+    own = walk.snapshot.provider(name)
+    if own is None or own.model == provider.model:
+        own = provider
+    adapter = ports.adapters.get(own)
     if adapter is None:
         return AttemptResult(Attempt(name, "skipped", "unsupported_kind"))
     unable = adapter.cannot(request.completion)
@@ -104,6 +108,8 @@ async def admit(walk: Walk, provider: ProviderConfig) -> Ticket | AttemptResult:
         )
         return AttemptResult(Attempt(name, "skipped", "probe_rejected"))
     completion, release = request.completion, None
+    if provider.model != adapter.config.model:  # an alias's entry: the model it names
+        completion = replace(completion, model=provider.model)
     if holds:
         held = await hold(walk, provider, holds, time_left)
         if isinstance(held, str):
@@ -196,6 +202,8 @@ async def attempt(
             call: Any = adapter.stream(
                 request, timeout=provider.timeout_s, first_token_timeout=first_token_s
             )
+        elif request.embed:
+            call = adapter.embed(request, timeout=timeout)
         else:
             call = adapter.complete(request, timeout=timeout)
         # Still waiting past its provider's usual time: counted stuck, and moved on if the

@@ -20,17 +20,18 @@ from decimal import Decimal
 from typing import Any
 
 from providers.adapters.errors import ProviderError
-from providers.adapters.messages import ToolCall
+from providers.adapters.messages import CompletionRequest, ToolCall, context_needed
 from providers.adapters.stream import CompletionStream
 from providers.engine.breaker import BreakerEvent
 from providers.engine.config import ProviderConfig, Snapshot
 from providers.routing.answer_cache import CachedAnswer, answer_key, cache_read
 from providers.routing.ports import Ports, Runtime
 from providers.routing.rate_limits import rate_abandon, rate_settle
-from providers.routing.settling import settle
 from providers.routing.strategies import hedged, in_turn, ordered
+from providers.routing.streams import finish_reason, finish_stream
 from providers.routing.walk import (
     CANNOT_SERVE,
+    TOO_SMALL,
     Attempt,
     AttemptResult,
     Refused,
@@ -72,6 +73,8 @@ class RouteResult:
     finish_reason: str = "stop"
     tool_calls: tuple[ToolCall, ...] = ()
     reasoning: str = ""
+    tokens_estimated: bool = False  # a stream whose upstream sent no usage: counted by estimate
+    embeddings: tuple[tuple[float, ...], ...] = ()  # an embedding request's vectors
     error: dict[str, Any] | None = None
     store_prompt: bool = False  # the policy keeps prompts in the ledger
     # A streamed answer whose first token has arrived: the rest is read by the view, then
@@ -117,7 +120,7 @@ async def _route(request: RouteRequest, snapshot: Snapshot, ports: Ports) -> Rou
         snapshot=snapshot,
         ports=ports,
         deadline=ports.clock.mono() + policy.request_deadline_s,
-        cache_key=answer_key(request.completion) if use_cache else "",
+        cache_key=answer_key(request.completion, request.group) if use_cache else "",
         events=[],
     )
     attempts: list[Attempt] = []
@@ -152,7 +155,7 @@ async def _route(request: RouteRequest, snapshot: Snapshot, ports: Ports) -> Rou
         return _client_error(walk, answered.error, answered.provider, attempts)
     if answered is not None:
         return _answered(walk, answered, attempts, forced_reason)
-    if attempts and all(a.error_class == CANNOT_SERVE for a in attempts):
+    if attempts and all(a.error_class in (CANNOT_SERVE, TOO_SMALL) for a in attempts):
         return _none_can(walk, attempts)
 
     reason = forced_reason or _reason_from(snapshot, attempts) or "no_provider"
@@ -170,57 +173,6 @@ async def _route(request: RouteRequest, snapshot: Snapshot, ports: Ports) -> Rou
             events=walk.events,
         )
     return await _fallback(walk, attempts, reason, cache=bool(walk.cache_key))
-
-
-async def finish_stream(
-    result: RouteResult, error: ProviderError | None = None, *, client_gone: bool = False
-) -> None:
-    """Settle a streamed answer once it has ended: whole (no error), broken by its provider
-    (`error`: a breaker failure, and the answer is a failed one in the ledger) or abandoned
-    by the client (`client_gone`: nothing against the provider, nothing cached)."""
-    pending, stream = result._pending, result.stream
-    if pending is None or stream is None:
-        return
-    result._pending = None
-    walk, ticket, attempt = pending.walk, pending.ticket, pending.attempt
-    total_s = walk.ports.clock.mono() - ticket.started
-    completion = stream.completion(total_s * 1000)
-    whole = error is None and not client_gone
-    # The breaker judges a stream by its time to first token: a long answer isn't a slow call.
-    first_token_s = attempt.latency_ms / 1000
-    settled, cost = await settle(walk, ticket, completion, error, first_token_s, cache=whole)
-    if whole and len(stream.parts) > 2:  # a stream of pauses: the next streams' stall limit
-        walk.ports.stuck.note(ticket.provider.name, "gap", stream.longest_pause_s)
-    attempt.outcome, attempt.error_class = settled.outcome, settled.error_class
-    attempt.cost = settled.cost
-    attempt.latency_ms, attempt.status, attempt.detail = (
-        settled.latency_ms,
-        settled.status,
-        settled.detail,
-    )
-    result.text = completion.text
-    result.tool_calls = completion.tool_calls
-    result.reasoning = completion.reasoning
-    result.tokens_in, result.tokens_out, result.cost = (
-        completion.tokens_in,
-        completion.tokens_out,
-        cost,
-    )
-    result.finish_reason = _finish_reason(stream.finish_reason)
-    if not whole:
-        result.interrupted = True
-        result.reason = "client_disconnected" if client_gone else "stream_interrupted"
-        if error is not None:
-            attempt.detail = f"after the first token: {error.message}"[:200]
-
-
-def _finish_reason(reason: str) -> str:
-    """An upstream's finish reason in OpenAI's words."""
-    if reason in ("length", "max_tokens"):
-        return "length"
-    if reason in ("tool_calls", "tool_use"):
-        return "tool_calls"
-    return "stop"
 
 
 def _reason_from(snapshot: Snapshot, attempts: list[Attempt]) -> str:
@@ -247,7 +199,7 @@ def _answered(
     name = result.attempt.provider
     is_primary = primary is not None and name == primary.name
     reason = forced_reason or ("" if is_primary else _reason_from(walk.snapshot, attempts))
-    if walk.request.prefer == name and not forced_reason:
+    if (walk.request.prefer == name or name in dict(walk.request.group)) and not forced_reason:
         reason = "" if is_primary else "requested_by_name"
     routed = RouteResult(
         text="",
@@ -268,8 +220,9 @@ def _answered(
     assert completion is not None
     routed.text = completion.text
     routed.tool_calls = completion.tool_calls
+    routed.embeddings = completion.embeddings
     routed.reasoning = completion.reasoning
-    routed.finish_reason = _finish_reason(completion.finish_reason)
+    routed.finish_reason = finish_reason(completion.finish_reason)
     routed.tokens_in, routed.tokens_out = completion.tokens_in, completion.tokens_out
     routed.cost = result.cost
     return routed
@@ -298,6 +251,12 @@ def _client_error(
     )
 
 
+def _what(completion: CompletionRequest) -> str:
+    if completion.embed:
+        return "an embedding."
+    return "a tool call." if completion.uses_tools else "a structured (JSON) answer."
+
+
 def _cached(
     walk: Walk, hit: CachedAnswer, attempts: list[Attempt], reason: str, *, fallback: bool
 ) -> RouteResult:
@@ -316,20 +275,31 @@ def _cached(
 
 def _none_can(walk: Walk, attempts: list[Attempt]) -> RouteResult:
     """Every provider was passed over for what the request asks (tools, JSON, a parameter its
-    dialect refuses): the caller's request, not an outage, so a 400 that names the parameter."""
-    first = attempts[0]
-    parameter, _, why = first.detail.partition(": ")
-    reasons = "; ".join(f"{a.provider}: {a.detail.partition(': ')[2]}" for a in attempts)
+    dialect refuses, a conversation longer than its context window): the caller's request,
+    not an outage, so a 400 that names the parameter."""
+    if any(a.error_class == TOO_SMALL for a in attempts):
+        needed = context_needed(walk.request.completion)
+        largest = max(p.context_window for p in walk.snapshot.providers)
+        error = {
+            "code": "context_length_exceeded",
+            "message": f"The conversation and the answer asked for need about {needed} tokens; "
+            f"the largest context window here is {largest}.",
+            "param": "messages",
+        }
+    else:
+        parameter = attempts[0].detail.partition(": ")[0]
+        reasons = "; ".join(f"{a.provider}: {a.detail.partition(': ')[2]}" for a in attempts)
+        error = {
+            "code": "unsupported_by_providers",
+            "message": f"No provider here can take '{parameter}' ({reasons}).",
+            "param": parameter,
+        }
     return RouteResult(
         text="",
         tier="none",
         status=400,
-        reason=CANNOT_SERVE,
-        error={
-            "code": "unsupported_by_providers",
-            "message": f"No provider here can take '{parameter}' ({reasons}).",
-            "param": parameter,
-        },
+        reason=str(error["code"]),
+        error=error,
         attempts=attempts,
         events=walk.events,
     )
@@ -346,7 +316,7 @@ async def _fallback(
         if hit is not None:
             return _cached(walk, hit, attempts, reason, fallback=True)
     completion = walk.request.completion
-    if completion.uses_tools or completion.output is not None:
+    if completion.embed or completion.uses_tools or completion.output is not None:
         return RouteResult(
             text="",
             tier="none",
@@ -355,7 +325,7 @@ async def _fallback(
             error={
                 "code": "providers_unavailable",
                 "message": "No provider could answer, and no prepared answer can stand in for "
-                + ("a tool call." if completion.uses_tools else "a structured (JSON) answer."),
+                + _what(completion),
             },
             attempts=attempts,
             events=walk.events,

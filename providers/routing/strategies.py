@@ -7,13 +7,16 @@ import asyncio
 import hashlib
 import random
 from collections.abc import Sequence
+from dataclasses import replace
 
 from providers.adapters.errors import ERROR_TABLE
+from providers.adapters.messages import context_needed
 from providers.engine.config import PolicyConfig, ProviderConfig
 from providers.routing.attempts import attempt
 from providers.routing.settling import settle
 from providers.routing.walk import (
     MIN_ATTEMPT_S,
+    TOO_SMALL,
     Attempt,
     AttemptResult,
     Refused,
@@ -25,9 +28,10 @@ from providers.routing.walk import (
 def ordered(
     providers: Sequence[ProviderConfig], request: RouteRequest, policy: PolicyConfig
 ) -> Sequence[ProviderConfig]:
-    """The providers in the order this request tries them: the one asked for by name first,
-    then by priority; with the weighted strategy, each priority's providers start with one
-    drawn by weight (the same one for the same user) and go on by weight."""
+    """The providers in the order this request tries them: an alias's entries (`grouped`), or
+    the one asked for by name first, then by priority; with the weighted strategy, each
+    priority's providers start with one drawn by weight (the same one for the same user) and
+    go on by weight."""
     ordered = list(providers)
     if policy.strategy == "weighted":
         ordered = []
@@ -41,7 +45,22 @@ def ordered(
     if request.prefer:
         preferred = [p for p in ordered if p.name == request.prefer]
         ordered = preferred + [p for p in ordered if p.name != request.prefer]
+    if request.group or not request.then_cascade:
+        return grouped(ordered, request)
     return ordered
+
+
+def grouped(ordered: Sequence[ProviderConfig], request: RouteRequest) -> list[ProviderConfig]:
+    """An alias's entries in turn, each its provider asking for the entry's model (admission
+    and the breakers stay the provider's), then, with `then_cascade`, the others in order."""
+    by_name = {provider.name: provider for provider in ordered}
+    entries = [
+        replace(by_name[name], model=model) for name, model in request.group if name in by_name
+    ]
+    if request.then_cascade:
+        named = {name for name, _ in request.group}
+        entries += [provider for provider in ordered if provider.name not in named]
+    return entries
 
 
 def weighted(group: list[ProviderConfig], sticky_key: str) -> list[ProviderConfig]:
@@ -68,11 +87,17 @@ def cloud_barred(walk: Walk) -> bool:
     return not request.allow_cloud or request.task in walk.policy.local_only_tasks
 
 
-def skip_reason(provider: ProviderConfig, local_only: bool, context_floor: int) -> str:
+def skip_reason(provider: ProviderConfig, local_only: bool, context_floor: int, needed: int) -> str:
+    """Why `provider` isn't tried for this request ("" if it is): a cloud the request may not
+    use, or a context window too small (smaller than one that already said the prompt is too
+    long, or than the request's estimated need: it goes to one with a larger window, and
+    nothing counts against its breaker)."""
     if local_only and not provider.is_local:
         return "cloud_not_allowed"
     if context_floor and provider.context_window <= context_floor:
-        return "context_too_small"
+        return TOO_SMALL
+    if needed > provider.context_window:
+        return TOO_SMALL
     return ""
 
 
@@ -82,8 +107,9 @@ async def in_turn(
     """Priority failover: one provider at a time until one answers."""
     local_only = cloud_barred(walk)
     context_floor = 0
+    needed = context_needed(walk.request.completion)
     for provider in candidates:
-        skip = skip_reason(provider, local_only, context_floor)
+        skip = skip_reason(provider, local_only, context_floor, needed)
         if skip:
             attempts.append(Attempt(provider.name, "skipped", skip))
             continue
@@ -114,12 +140,13 @@ async def hedged(
     queue = list(candidates)
     local_only = cloud_barred(walk)
     context_floor = 0
+    needed = context_needed(walk.request.completion)
     running: dict[asyncio.Task[AttemptResult], asyncio.Event] = {}
 
     def launch() -> bool:
         while queue:
             provider = queue.pop(0)
-            skip = skip_reason(provider, local_only, context_floor)
+            skip = skip_reason(provider, local_only, context_floor, needed)
             if skip:
                 attempts.append(Attempt(provider.name, "skipped", skip))
                 continue

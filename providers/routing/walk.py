@@ -23,6 +23,8 @@ from providers.state.contract import HoldRelease
 MIN_ATTEMPT_S = 0.05
 # A provider passed over for what the request asks of it (its detail: "parameter: why").
 CANNOT_SERVE = "cannot_serve"
+# A provider passed over because the request won't fit its context window.
+TOO_SMALL = "context_too_small"
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +38,10 @@ class RouteRequest:
     stream: bool = False
     use_cache: bool = True
     prefer: str = ""  # a provider asked for by name: tried first, then the cascade
+    # A model alias asked for: its (provider, upstream model) entries, tried in turn, then
+    # with `then_cascade` the other providers by priority (without: no other provider).
+    group: tuple[tuple[str, str], ...] = ()
+    then_cascade: bool = True
     sticky_key: str = ""  # the user or session the weighted strategy keeps on one provider
     rate: RateTicket | None = None  # the caller's place in its rate window, counted with a record
 
