@@ -4,7 +4,7 @@ from django.contrib import admin
 from django.urls import path, re_path
 
 from failover_site import metrics_scrape, probes
-from providers.api import complete, openai_chat, openapi, status
+from providers.api import complete, embeddings, models, openai_chat, openapi, responses, status
 
 urlpatterns = [
     path("healthz", probes.healthz, name="healthz"),
@@ -15,7 +15,10 @@ urlpatterns = [
     path("api/openapi.json", openapi.openapi_json, name="api-openapi"),
     re_path(r"^api/", complete.not_found),
     path("v1/chat/completions", openai_chat.chat_completions, name="openai-chat-completions"),
-    path("v1/models", openai_chat.models, name="openai-models"),
+    path("v1/responses", responses.responses, name="openai-responses"),
+    path("v1/embeddings", embeddings.embeddings, name="openai-embeddings"),
+    path("v1/models", models.model_list, name="openai-models"),
+    path("v1/models/<path:model>", models.model_detail, name="openai-model"),
     re_path(r"^v1/", openai_chat.not_found),
     path("admin/", admin.site.urls),
 ]

@@ -132,8 +132,9 @@ CHAT_FIELDS = (
     Field(
         "model",
         "string",
-        '"auto" (the cascade) or the name of a provider this key may ask for (GET /v1/models '
-        "lists them): that provider first, then the cascade.",
+        '"auto" (the cascade), a model alias or the name of a provider this key may ask for '
+        "(GET /v1/models lists them): an alias tries its entries in turn; a provider is "
+        "tried first, then the cascade.",
         required=True,
         min_length=1,
         message="'model' is required: \"auto\" or a provider's name.",

@@ -1,11 +1,13 @@
-"""The OpenAI-compatible endpoints: `POST /v1/chat/completions` and `GET /v1/models`.
+"""The OpenAI-compatible endpoint `POST /v1/chat/completions` (the model list is in
+`providers/api/models.py`).
 
 Existing OpenAI SDKs and tools point their base URL here and gain the cascade unchanged. The
-request is a Chat Completions request; `model` is `auto` (the cascade) or a provider's name
-(that provider first, then the cascade). Answers come in OpenAI's shapes, whole or streamed as
-server-sent events ending with `data: [DONE]`, and errors in OpenAI's error shape. The gateway's
-own fields (`priority`, `task`, `allow_cloud`, `cache`) may ride along as extra body fields, and
-every answer carries the `X-Failover-*` headers.
+request is a Chat Completions request; `model` is `auto` (the cascade), a model alias's name
+(its providers and models in turn) or a provider's name (that provider first, then the
+cascade), as `providers.api.models.resolve_model` reads it. Answers come in OpenAI's shapes,
+whole or streamed as server-sent events ending with `data: [DONE]`, and errors in OpenAI's
+error shape. The gateway's own fields (`priority`, `task`, `allow_cloud`, `cache`) may ride
+along as extra body fields, and every answer carries the `X-Failover-*` headers.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from failover_site.runtime.gateway import Gateway, get_gateway
 from failover_site.runtime.outcomes import record_call
 from providers.adapters.errors import ProviderError
 from providers.adapters.messages import CompletionRequest
-from providers.api.access import permitted
 from providers.api.chat_request import parse_chat
 from providers.api.common import (
     Refusal,
@@ -36,12 +37,10 @@ from providers.api.common import (
     route_safely,
     wrong_method,
 )
-from providers.api.fields import JsonSchema
 from providers.api.json_body import ApiError
+from providers.api.models import resolve_model
 from providers.api.openai_shapes import BROKEN, DONE, Shape, delta, error_body
 from providers.routing.cascade import RouteRequest, RouteResult, finish_stream
-
-AUTO_MODEL = "auto"
 
 
 def openai_error(error: ApiError) -> JsonResponse:
@@ -54,63 +53,6 @@ openai_json_errors = functools.partial(json_errors, render=openai_error)
 @openai_json_errors
 async def not_found(request: HttpRequest) -> JsonResponse:
     return openai_error(ApiError(404, "not_found", f"No endpoint at {request.path}."))
-
-
-MODELS_SCHEMA: JsonSchema = {
-    "type": "object",
-    "description": "OpenAI's model list: auto first, then each provider this key may name.",
-    "required": ["object", "data"],
-    "properties": {
-        "object": {"const": "list"},
-        "data": {
-            "type": "array",
-            "minItems": 1,
-            "items": {
-                "type": "object",
-                "required": ["id", "object", "created", "owned_by"],
-                "properties": {
-                    "id": {"type": "string"},
-                    "object": {"const": "model"},
-                    "created": {"type": "integer"},
-                    "owned_by": {"type": "string", "description": "failover, or the kind."},
-                    "upstream_model": {"type": "string"},
-                },
-            },
-        },
-    },
-}
-
-
-@openai_json_errors
-async def models(request: HttpRequest) -> JsonResponse:
-    wrong = wrong_method(request, "GET", openai_error)
-    if wrong is not None:
-        return wrong
-    problem = checked_host(request)
-    if problem is not None:
-        return openai_error(problem)
-    gateway = get_gateway()
-    caller = await caller_of(request, gateway)
-    if isinstance(caller, Refusal):
-        return refused(caller, openai_error)
-    snapshot = await gateway.snapshots.current()
-    created = int(time.time())
-    data = [
-        {"id": AUTO_MODEL, "object": "model", "created": created, "owned_by": "failover"},
-        *(
-            {
-                "id": provider.name,
-                "object": "model",
-                "created": created,
-                "owned_by": provider.kind,
-                "upstream_model": provider.model,
-            }
-            for provider in snapshot.providers
-            # What this caller may ask for by name; "auto" is everyone's.
-            if caller.app is not None and caller.app.may_ask_for(provider.name)
-        ),
-    ]
-    return JsonResponse({"object": "list", "data": data})
 
 
 @openai_json_errors
@@ -129,24 +71,11 @@ async def chat_completions(request: HttpRequest) -> HttpResponseBase:
     parsed = parse_chat(request.body)
     if isinstance(parsed, ApiError):
         return openai_error(parsed)
-    prefer = ""
-    if parsed.model != AUTO_MODEL:
-        # What the app may not ask for is refused before anything says whether it exists.
-        refusal = permitted(caller, prefer=parsed.model)
-        if refusal is not None:
-            return refused(refusal, openai_error)
-        snapshot = await gateway.snapshots.current()
-        if snapshot.provider(parsed.model) is None:
-            return openai_error(
-                ApiError(
-                    404,
-                    "model_not_found",
-                    f"The model '{parsed.model}' does not exist here: use \"auto\" or the name "
-                    "of an enabled provider (GET /v1/models lists them).",
-                    "model",
-                )
-            )
-        prefer = parsed.model
+    # What the app may not ask for is refused before anything says whether it exists.
+    choice = resolve_model(caller, await gateway.snapshots.current(), parsed.model)
+    if isinstance(choice, ApiError):
+        return openai_error(choice)
+    prefer = choice.prefer
     ticket = await caller_admitted(caller, gateway, priority=parsed.priority, prefer=prefer)
     if isinstance(ticket, Refusal):
         return refused(ticket, openai_error)
@@ -171,6 +100,8 @@ async def chat_completions(request: HttpRequest) -> HttpResponseBase:
         ticket,
         stream=parsed.stream,
         prefer=prefer,
+        group=choice.group,
+        then_cascade=choice.then_cascade,
     )
     request_id = routed.request_id
     result = await route_safely(routed, gateway)

@@ -28,10 +28,15 @@ from providers.api.common import (
     wrong_method,
 )
 from providers.api.complete import ANSWER_SCHEMA
+from providers.api.embeddings import EMBEDDINGS_SCHEMA
+from providers.api.embeddings_request import embeddings_body_schema
 from providers.api.json_body import ERROR_SCHEMA
-from providers.api.openai_chat import MODELS_SCHEMA
+from providers.api.models import MODEL_SCHEMA, MODELS_SCHEMA
 from providers.api.openai_shapes import CHUNK_SCHEMA, COMPLETION_SCHEMA, stream_event_schema
 from providers.api.openai_shapes import ERROR_SCHEMA as OPENAI_ERROR_SCHEMA
+from providers.api.responses_request import responses_body_schema
+from providers.api.responses_shapes import RESPONSE_SCHEMA
+from providers.api.responses_shapes import stream_event_schema as response_event_schema
 from providers.api.status import STATUS_SCHEMA
 from providers.api.validation import complete_body_schema
 
@@ -53,7 +58,8 @@ STATUSES = {
     415: "The body isn't sent as application/json.",
     422: "A provider refused the request as invalid (its reason is in the call record).",
     429: "The app's (or, anonymous, the address's) requests or tokens per minute are used up.",
-    503: "The gateway can't route requests now, or no provider could answer a no-fallback task.",
+    503: "The gateway can't route requests now, or no provider could answer a request no "
+    "prepared answer may stand in for: a no-fallback task, a tool call, JSON, an embedding.",
 }
 REFUSAL_HEADERS = {
     401: {"WWW-Authenticate": ("Bearer, with the gateway's realm.", {"type": "string"})},
@@ -156,6 +162,65 @@ def _paths() -> dict[str, Any]:
                 requestBody=_body("ChatCompletionRequest"),
             )
         },
+        "/v1/responses": {
+            "post": _operation(
+                "createResponse",
+                "OpenAI's Responses API, its text subset, whole or streamed, through the cascade.",
+                "openai",
+                {
+                    **_ok(
+                        "The Response object; with stream: true, typed server-sent events "
+                        "(each described here), ending with response.completed or "
+                        "response.incomplete or, broken, an error event.",
+                        {
+                            JSON: {"schema": _ref("Response")},
+                            "text/event-stream": {"schema": _ref("ResponseStreamEvent")},
+                        },
+                        **answered,
+                    ),
+                    **_errors("OpenAIError", (*ROUTING, 404)),
+                },
+                security=KEYED,
+                requestBody=_body("ResponseRequest"),
+            )
+        },
+        "/v1/embeddings": {
+            "post": _operation(
+                "createEmbedding",
+                "OpenAI's embeddings, through the providers that embed.",
+                "openai",
+                {
+                    **_ok(
+                        "The vectors, in the inputs' order.",
+                        {JSON: {"schema": _ref("Embeddings")}},
+                        **answered,
+                    ),
+                    **_errors("OpenAIError", (*ROUTING, 404)),
+                },
+                security=KEYED,
+                requestBody=_body("EmbeddingsRequest"),
+            )
+        },
+        "/v1/models/{model}": {
+            "get": _operation(
+                "retrieveModel",
+                "One name this key may give as model: auto, an alias or a provider.",
+                "openai",
+                {
+                    **_ok("The model.", {JSON: {"schema": _ref("Model")}}),
+                    **_errors("OpenAIError", (*ALWAYS, 401, 403, 404, 503)),
+                },
+                security=KEYED,
+                parameters=[
+                    {
+                        "name": "model",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string", "minLength": 1},
+                    }
+                ],
+            )
+        },
         "/v1/models": {
             "get": _operation(
                 "listModels",
@@ -232,8 +297,14 @@ def _schemas() -> dict[str, Any]:
         "ChatCompletion": COMPLETION_SCHEMA,
         "ChatCompletionChunk": CHUNK_SCHEMA,
         "ChatStreamEvent": stream_event_schema(_ref("ChatCompletionChunk"), _ref("OpenAIError")),
+        "ResponseRequest": responses_body_schema(),
+        "Response": RESPONSE_SCHEMA,
+        "ResponseStreamEvent": response_event_schema(_ref("Response")),
         "OpenAIError": OPENAI_ERROR_SCHEMA,
         "ModelList": MODELS_SCHEMA,
+        "Model": MODEL_SCHEMA,
+        "EmbeddingsRequest": embeddings_body_schema(),
+        "Embeddings": EMBEDDINGS_SCHEMA,
         "Status": STATUS_SCHEMA,
         "Healthz": HEALTHZ_SCHEMA,
         "Readyz": READYZ_SCHEMA,

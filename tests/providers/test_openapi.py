@@ -24,7 +24,7 @@ from schemathesis.specs.openapi.checks import (
 from schemathesis.specs.openapi.definitions import OPENAPI_31_VALIDATOR
 
 from failover_site.runtime.gateway import Gateway, make_store, set_gateway
-from providers.api import chat_request, validation
+from providers.api import chat_request, embeddings_request, validation
 from providers.api.openapi import openapi_document
 from tests.factories import AUTH
 from tests.providers.conftest import _flush_test_redis, serve_platform
@@ -156,7 +156,10 @@ def test_the_document_is_valid_openapi_3_1_with_valid_json_schemas():
     assert operations == {
         ("/api/v1/complete", "post"),
         ("/v1/chat/completions", "post"),
+        ("/v1/responses", "post"),
+        ("/v1/embeddings", "post"),
         ("/v1/models", "get"),
+        ("/v1/models/{model}", "get"),
         ("/api/v1/status", "get"),
         ("/api/openapi.json", "get"),
         ("/healthz", "get"),
@@ -229,6 +232,7 @@ BODIES = {
         chat_request.parse_chat,
         {"model": "auto", "messages": [{"role": "user", "content": "Hello"}], "stream": True},
     ),
+    "EmbeddingsRequest": (embeddings_request.parse_embeddings, {"model": "auto", "input": "Hi"}),
 }
 
 
@@ -320,10 +324,19 @@ KEYLESS_STATUSES = {400, 401, 405, 408, 413, 415}
 
 
 def _excluded(case) -> list:
-    """Checks that can't hold for an operation. A Chat Completions body is refused for rules
-    across its messages that JSON Schema can't say (the last one is the user's, the question
-    isn't blank, the whole conversation's length), so schema-valid chat bodies may be 400s."""
-    if case.operation.path == "/v1/chat/completions":
+    """Checks that can't hold for an operation. A Chat Completions or Responses body is refused
+    for rules across its messages (or input items) that JSON Schema can't say (the last one is
+    the user's, the question isn't blank, the whole conversation's length, two tools of one
+    name), so schema-valid bodies may be 400s. Any prompt body may ask for more (its text and
+    its max_tokens) than every provider's context window holds: a 400 context_length_exceeded.
+    An embeddings body may name a model no provider here embeds with (a 404)."""
+    if case.operation.path in (
+        "/v1/chat/completions",
+        "/v1/responses",
+        "/api/v1/complete",
+        "/v1/embeddings",
+        "/v1/models/{model}",
+    ):
         return [positive_data_acceptance]
     return []
 
