@@ -23,7 +23,7 @@ from django.urls import set_script_prefix
 from failover_site.api_middleware import Handler, api_middleware_load
 from failover_site.body_deadline import BodyTimedOut, within_deadline
 from providers.api.common import MAX_BODY_BYTES, error_response
-from providers.api.openai_chat import openai_error
+from providers.api.openai_common import openai_error
 from providers.api.validation import ApiError
 
 # JSON needs no source of anything, and no page may frame it.

@@ -46,7 +46,7 @@ from providers.api.json_body import ApiError, json_object
 from providers.api.validation import ROUTING_FIELDS, TEMPERATURE, max_tokens_field
 
 
-def _unsupported(name: str, message: str, *, empty: JsonSchema = EMPTY) -> Field:
+def unsupported(name: str, message: str, *, empty: JsonSchema = EMPTY) -> Field:
     def refuse(value: Any, body: dict[str, Any]) -> Any:
         if is_empty(value):
             return None
@@ -57,7 +57,7 @@ def _unsupported(name: str, message: str, *, empty: JsonSchema = EMPTY) -> Field
 
 # Checked first, by name, so a request that uses one hears why it can't be served.
 UNSUPPORTED_FIELDS = tuple(
-    _unsupported(name, message)
+    unsupported(name, message)
     for name, message in sorted(
         {
             "functions": "'functions' is deprecated: send 'tools' instead.",

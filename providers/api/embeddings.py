@@ -17,27 +17,28 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponseBase, JsonResponse
 
-from failover_site.runtime.gateway import get_gateway
 from failover_site.runtime.outcomes import record_call
 from providers.adapters.messages import CompletionRequest
 from providers.api.access import permitted
 from providers.api.common import (
     Refusal,
     caller_admitted,
-    caller_of,
-    checked_envelope,
-    checked_host,
     failover_headers,
     refused,
     route_request,
     route_safely,
-    wrong_method,
 )
 from providers.api.embeddings_request import EmbeddingsBody, parse_embeddings
 from providers.api.fields import JsonSchema
 from providers.api.json_body import ApiError
-from providers.api.openai_chat import openai_error, openai_json_errors
-from providers.api.openai_shapes import FAILOVER_SCHEMA
+from providers.api.openai_common import (
+    arrived,
+    ms_since,
+    openai_error,
+    openai_json_errors,
+    routed_error,
+)
+from providers.api.openai_shapes import FAILOVER_SCHEMA, failover_object
 from providers.engine.config import Snapshot
 
 AUTO_MODEL = "auto"
@@ -60,19 +61,10 @@ def embedding_group(snapshot: Snapshot, name: str) -> tuple[tuple[str, str], ...
 @openai_json_errors
 async def embeddings(request: HttpRequest) -> HttpResponseBase:
     started = time.perf_counter()
-    wrong = wrong_method(request, "POST", openai_error)
-    if wrong is not None:
-        return wrong
-    problem = checked_host(request) or checked_envelope(request)
-    if problem is not None:
-        return openai_error(problem)
-    gateway = get_gateway()
-    caller = await caller_of(request, gateway)
-    if isinstance(caller, Refusal):
-        return refused(caller, openai_error)
-    parsed = parse_embeddings(request.body)
-    if isinstance(parsed, ApiError):
-        return openai_error(parsed)
+    arrival = await arrived(request, parse_embeddings)
+    if isinstance(arrival, HttpResponseBase):
+        return arrival
+    gateway, caller, parsed = arrival.gateway, arrival.caller, arrival.parsed
     snapshot = await gateway.snapshots.current()
     group = embedding_group(snapshot, parsed.model)
     if group is None:
@@ -107,16 +99,10 @@ async def embeddings(request: HttpRequest) -> HttpResponseBase:
         then_cascade=False,
     )
     result = await route_safely(routed, gateway)
-    record_call(gateway, routed, result, round((time.perf_counter() - started) * 1000))
+    record_call(gateway, routed, result, ms_since(started))
     headers = failover_headers(result, routed.request_id)
     if result.error is not None:
-        error = ApiError(
-            result.status, result.error["code"], result.error["message"], result.error.get("param")
-        )
-        response = openai_error(error)
-        for name, value in headers.items():
-            response[name] = value
-        return response
+        return routed_error(result, headers)
     return JsonResponse(_body(parsed, result, routed.request_id), headers=headers)
 
 
@@ -139,14 +125,7 @@ def _body(parsed: EmbeddingsBody, result: Any, request_id: str) -> dict[str, Any
         ],
         "model": model,
         "usage": {"prompt_tokens": result.tokens_in, "total_tokens": result.tokens_in},
-        "failover": {
-            "tier": result.tier,
-            "provider": result.provider or None,
-            "is_fallback": result.is_fallback,
-            "degradation_notice": None,
-            "request_id": request_id,
-            "cached_age_s": None,
-        },
+        "failover": failover_object(result, request_id),
     }
 
 

@@ -15,7 +15,6 @@ Anonymous callers get "auto" only. The model list shows exactly what the key may
 
 from __future__ import annotations
 
-import functools
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -28,13 +27,12 @@ from providers.api.common import (
     Refusal,
     caller_of,
     checked_host,
-    json_errors,
     refused,
     wrong_method,
 )
 from providers.api.fields import JsonSchema
 from providers.api.json_body import ApiError
-from providers.api.openai_shapes import error_body
+from providers.api.openai_common import openai_error, openai_json_errors
 from providers.engine.config import AliasConfig, Snapshot
 
 AUTO_MODEL = "auto"
@@ -110,12 +108,6 @@ def model_objects(caller: Caller, snapshot: Snapshot) -> list[dict[str, Any]]:
     return objects
 
 
-def _openai_error(error: ApiError) -> JsonResponse:
-    return JsonResponse(error_body(error), status=error.status)
-
-
-_openai_json_errors = functools.partial(json_errors, render=_openai_error)
-
 MODEL_SCHEMA: JsonSchema = {
     "type": "object",
     "description": "OpenAI's Model: auto, a model alias, or a provider this key may name.",
@@ -142,20 +134,20 @@ MODELS_SCHEMA: JsonSchema = {
 
 async def _listed(request: HttpRequest) -> list[dict[str, Any]] | JsonResponse:
     """The models the request's key may ask for, or the answer refusing the request."""
-    wrong = wrong_method(request, "GET", _openai_error)
+    wrong = wrong_method(request, "GET", openai_error)
     if wrong is not None:
         return wrong
     problem = checked_host(request)
     if problem is not None:
-        return _openai_error(problem)
+        return openai_error(problem)
     gateway = get_gateway()
     caller = await caller_of(request, gateway)
     if isinstance(caller, Refusal):
-        return refused(caller, _openai_error)
+        return refused(caller, openai_error)
     return model_objects(caller, await gateway.snapshots.current())
 
 
-@_openai_json_errors
+@openai_json_errors
 async def model_list(request: HttpRequest) -> JsonResponse:
     listed = await _listed(request)
     if isinstance(listed, JsonResponse):
@@ -164,7 +156,7 @@ async def model_list(request: HttpRequest) -> JsonResponse:
 
 
 async def model_detail(request: HttpRequest, model: str) -> JsonResponse:
-    @_openai_json_errors
+    @openai_json_errors
     async def detail(request: HttpRequest) -> JsonResponse:
         listed = await _listed(request)
         if isinstance(listed, JsonResponse):
@@ -172,7 +164,7 @@ async def model_detail(request: HttpRequest, model: str) -> JsonResponse:
         found = next((item for item in listed if item["id"] == model), None)
         if found is None:
             # As OpenAI answers it: what this key can't use is as absent as what isn't here.
-            return _openai_error(
+            return openai_error(
                 ApiError(
                     404,
                     "model_not_found",

@@ -220,6 +220,18 @@ def stream_event_schema(chunk: JsonSchema, error: JsonSchema) -> JsonSchema:
     }
 
 
+def failover_object(result: RouteResult, request_id: str) -> dict[str, Any]:
+    """Which tier answered, and why: the `failover` object of every OpenAI-shaped answer."""
+    return {
+        "tier": result.tier,
+        "provider": result.provider or None,
+        "is_fallback": result.is_fallback,
+        "degradation_notice": result.degradation_notice,
+        "request_id": request_id,
+        "cached_age_s": result.cached_age_s,
+    }
+
+
 def tool_call(call: ToolCall) -> dict[str, Any]:
     return {
         "id": call.id,
@@ -259,15 +271,7 @@ class Shape:
         self.model = result.provider or result.tier
 
     def failover(self) -> dict[str, Any]:
-        result = self.result
-        return {
-            "tier": result.tier,
-            "provider": result.provider or None,
-            "is_fallback": result.is_fallback,
-            "degradation_notice": result.degradation_notice,
-            "request_id": self.request_id,
-            "cached_age_s": result.cached_age_s,
-        }
+        return failover_object(self.result, self.request_id)
 
     def usage(self) -> dict[str, int]:
         result = self.result

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from providers.adapters.messages import CompletionRequest
 from providers.api.chat_messages import MAX_CONVERSATION_CHARS, ROLES
-from providers.api.chat_request import CHAT_FIELDS, _unsupported
+from providers.api.chat_request import CHAT_FIELDS, unsupported
 from providers.api.fields import (
     Field,
     JsonSchema,
@@ -43,23 +43,23 @@ from providers.api.validation import MAX_TOKENS_LIMIT, ROUTING_FIELDS, TEMPERATU
 # Checked first, by name, so a request that uses one hears why it can't be served.
 STATELESS = "this gateway stores no responses or conversations."
 UNSUPPORTED_FIELDS = (
-    _unsupported("background", f"background responses: {STATELESS}"),
-    _unsupported("context_management", "context management is not supported."),
-    _unsupported("conversation", f"'conversation': {STATELESS}"),
-    _unsupported("include", "extra output data ('include') is not supported."),
-    _unsupported("max_tool_calls", "built-in tools are not supported."),
-    _unsupported("moderation", "moderation is not supported by this gateway."),
-    _unsupported("previous_response_id", f"'previous_response_id': {STATELESS}"),
-    _unsupported("prompt", "stored prompt templates are not supported."),
-    _unsupported("prompt_cache_key", "OpenAI's prompt cache settings are not supported."),
-    _unsupported("prompt_cache_options", "OpenAI's prompt cache settings are not supported."),
-    _unsupported("prompt_cache_retention", "OpenAI's prompt cache settings are not supported."),
-    _unsupported("reasoning", "reasoning settings are not supported by this gateway."),
-    _unsupported("safety_identifier", "'safety_identifier' is not supported: send 'user'."),
-    _unsupported("service_tier", "OpenAI's service tiers are not supported."),
-    _unsupported("stream_options", "stream options are not supported."),
-    _unsupported("top_logprobs", "log probabilities are not supported by this gateway."),
-    _unsupported("truncation", "truncation is not supported: the input is sent whole."),
+    unsupported("background", f"background responses: {STATELESS}"),
+    unsupported("context_management", "context management is not supported."),
+    unsupported("conversation", f"'conversation': {STATELESS}"),
+    unsupported("include", "extra output data ('include') is not supported."),
+    unsupported("max_tool_calls", "built-in tools are not supported."),
+    unsupported("moderation", "moderation is not supported by this gateway."),
+    unsupported("previous_response_id", f"'previous_response_id': {STATELESS}"),
+    unsupported("prompt", "stored prompt templates are not supported."),
+    unsupported("prompt_cache_key", "OpenAI's prompt cache settings are not supported."),
+    unsupported("prompt_cache_options", "OpenAI's prompt cache settings are not supported."),
+    unsupported("prompt_cache_retention", "OpenAI's prompt cache settings are not supported."),
+    unsupported("reasoning", "reasoning settings are not supported by this gateway."),
+    unsupported("safety_identifier", "'safety_identifier' is not supported: send 'user'."),
+    unsupported("service_tier", "OpenAI's service tiers are not supported."),
+    unsupported("stream_options", "stream options are not supported."),
+    unsupported("top_logprobs", "log probabilities are not supported by this gateway."),
+    unsupported("truncation", "truncation is not supported: the input is sent whole."),
 )
 _CHAT = {field.name: field for field in CHAT_FIELDS}
 RESPONSES_FIELDS = (

@@ -14,7 +14,7 @@ from typing import Any
 
 from providers.adapters.messages import Piece, Reasoning, ToolCallDelta
 from providers.api.fields import JsonSchema
-from providers.api.openai_shapes import FAILOVER_SCHEMA, NULLABLE_STRING
+from providers.api.openai_shapes import FAILOVER_SCHEMA, NULLABLE_STRING, failover_object
 from providers.api.responses_request import ResponsesBody
 from providers.routing.cascade import RouteResult
 
@@ -201,15 +201,7 @@ class ResponseShape:
     @property
     def failover(self) -> dict[str, Any]:
         """Which tier answered, as the chat endpoint says it."""
-        result = self.result
-        return {
-            "tier": result.tier,
-            "provider": result.provider or None,
-            "is_fallback": result.is_fallback,
-            "degradation_notice": result.degradation_notice,
-            "request_id": self.request_id,
-            "cached_age_s": result.cached_age_s,
-        }
+        return failover_object(self.result, self.request_id)
 
     def message(self, text: str, status: str) -> dict[str, Any]:
         return {
