@@ -187,7 +187,7 @@ class EmbeddedSite:
 
     def _wait_fakes(self) -> None:
         for role, (process, url) in self.fakes.items():
-            self._wait_ready(process, f"{url}/api/tags", f"the {role}'s fake provider")
+            self._wait_ready(process, f"{url}/_control/stats", f"the {role}'s fake provider")
 
     def start(self) -> EmbeddedSite:
         try:

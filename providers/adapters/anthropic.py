@@ -86,7 +86,7 @@ class AnthropicAdapter(ProviderAdapter):
                     continue
                 calls.append(ToolCall(str(block.get("id") or ""), block["name"], arguments))
         if not "".join(texts) and not calls:
-            raise self.empty(request)
+            self.check_not_empty(request, str(body.get("stop_reason") or ""))
         usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
         stop_reason = str(body.get("stop_reason") or "")
         return Completion(
@@ -104,6 +104,15 @@ class AnthropicAdapter(ProviderAdapter):
         payload = self.payload(request)
         payload["stream"] = True
         return "/v1/messages", payload
+
+    def cannot(self, request: CompletionRequest) -> tuple[str, str] | None:
+        if request.output is not None and request.tools:
+            return (
+                "response_format",
+                "Anthropic is asked for JSON as one forced tool, which leaves the request's own "
+                "tools no call",
+            )
+        return super().cannot(request)
 
     def stream_started(self, request: CompletionRequest, stream: CompletionStream) -> None:
         stream.json_tool = tools.json_tool_name(request)

@@ -27,11 +27,14 @@ from providers.adapters.messages import (
     HealthResult,
     Piece,
     Reasoning,
-    context_needed,
+    prompt_needed,
 )
 from providers.adapters.scrub import scrub, scrub_cut
 from providers.adapters.stream import CompletionStream
 from providers.engine.config import ProviderConfig
+
+# The finish reasons of an answer cut at its token limit, in each dialect's words.
+CUT_OFF = ("length", "max_tokens")
 
 
 class ProviderAdapter(ABC):
@@ -248,7 +251,8 @@ class ProviderAdapter(ABC):
                     first_deadline, f"no first token within {first_deadline - started:.2f} s"
                 )
                 if piece is None:
-                    raise self.empty(request)
+                    self.check_not_empty(request, stream.finish_reason)
+                    break  # cut at its token limit before any text: an empty answer
                 if isinstance(piece, Reasoning):  # thinking is not the answer's first token
                     stream.before.append(piece)
                     continue
@@ -321,19 +325,23 @@ class ProviderAdapter(ABC):
     def malformed(self, what: str) -> ProviderError:
         return self._failed(ErrorClass.MALFORMED, f"unexpected answer: {what}")
 
-    def empty(self, request: CompletionRequest) -> ProviderError:
-        """An answer with no text and no tool call: malformed (a failure), unless the prompt
-        fills half the provider's window or more. A server whose real context is smaller than
-        its row says (llama.cpp's, say) answers an over-long prompt so: context too long, which
-        goes on to a larger window and counts nothing against the breaker."""
-        needed = context_needed(request)
+    def check_not_empty(self, request: CompletionRequest, finish_reason: str) -> None:
+        """An answer with no text and no tool call raises: malformed (a failure), unless the
+        prompt alone fills half the provider's window or more. A server whose real context is
+        smaller than its row says (llama.cpp's, say) answers an over-long prompt so: context
+        too long, which goes on to a larger window and counts nothing against the breaker. An
+        answer cut at its token limit may be empty (a reasoning model that spent it thinking):
+        that is an answer."""
+        if finish_reason in CUT_OFF:
+            return
+        needed = prompt_needed(request)
         if needed * 2 >= self.config.context_window:
-            return self._failed(
+            raise self._failed(
                 ErrorClass.CONTEXT_TOO_LONG,
                 f"an empty answer to a prompt of about {needed} tokens "
                 f"(window {self.config.context_window})",
             )
-        return self.malformed("an empty answer")
+        raise self.malformed("an empty answer")
 
 
 def _failure(exc: ProviderError) -> str:

@@ -200,11 +200,21 @@ def estimate_tokens(text: str) -> int:
     return max(1, len(text) // 4)
 
 
-def context_needed(request: CompletionRequest) -> int:
-    """The tokens a call needs of a provider's context window, estimated: the prompt (about
-    four characters a token, plus each message's framing) and the longest answer asked for."""
+def prompt_needed(request: CompletionRequest) -> int:
+    """The tokens of a provider's context window the prompt takes, estimated: about four
+    characters a token, plus each message's framing. An embedding request's inputs are each
+    embedded on their own: its need is its longest input's."""
+    if request.embed:
+        return max(estimate_tokens(text) for text in request.embed)
     turns = len(request.turns) or len(request.history) + 1
-    return estimate_tokens(request.all_text()) + 4 * turns + (request.max_tokens or 0)
+    return estimate_tokens(request.all_text()) + 4 * turns
+
+
+def context_needed(request: CompletionRequest) -> int:
+    """The tokens a call needs of a provider's context window: the prompt's and the longest
+    answer asked for (as OpenAI counts it: a prompt and a max_tokens over the window are
+    refused)."""
+    return prompt_needed(request) + (request.max_tokens or 0)
 
 
 # No real answer has more; a bigger count is nonsense that would not fit the ledger's column.

@@ -111,9 +111,8 @@ class OllamaAdapter(ProviderAdapter):
             text = ""
         if not isinstance(text, str):
             raise self.malformed("message.content is not text")
-        if not text and not calls and not thinking:
-            # (a model that spent its whole token limit thinking has answered, if only that)
-            raise self.empty(request)
+        if not text and not calls:
+            self.check_not_empty(request, str(body.get("done_reason") or ""))
         return Completion(
             text=text,
             provider=self.name,
@@ -184,8 +183,7 @@ class OllamaAdapter(ProviderAdapter):
         payload: dict[str, Any] = {
             "model": self.embedding_model(request),
             "input": list(request.embed),
-            "truncate": False,
-            "options": {"num_ctx": self.config.context_window},
+            "truncate": False,  # (no num_ctx: the row's window is its chat model's)
         }
         if request.dimensions is not None:
             payload["dimensions"] = request.dimensions

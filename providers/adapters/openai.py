@@ -113,17 +113,18 @@ class OpenAICompatibleAdapter(ProviderAdapter):
         if not isinstance(text, str):
             # A null content without a call is a refusal: nothing a frontend can show.
             raise self.malformed("choices[0].message.content is not text")
-        if not text and not calls:
-            raise self.empty(request)
         usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
         finish_reason = body["choices"][0].get("finish_reason")
+        if not text and not calls:
+            self.check_not_empty(request, str(finish_reason or ""))
         return Completion(
             text=text,
             provider=self.name,
             tokens_in=token_count(usage.get("prompt_tokens")),
             tokens_out=token_count(usage.get("completion_tokens")),
             latency_ms=latency_ms,
-            finish_reason=str(finish_reason or ""),
+            # Gemini's compatible API ends tool calls with "stop": a call is a call.
+            finish_reason="tool_calls" if calls else str(finish_reason or ""),
             tool_calls=calls,
         )
 
@@ -146,29 +147,47 @@ class OpenAICompatibleAdapter(ProviderAdapter):
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             return ""
         choice = choices[0]
-        if choice.get("finish_reason"):
-            stream.finish_reason = str(choice["finish_reason"])
         delta = choice.get("delta")
-        if not isinstance(delta, dict):
-            return ""
-        calls = delta.get("tool_calls")
-        if isinstance(calls, list) and calls:
-            stream.queued.extend(self._call_delta(call) for call in calls[1:])
-            return self._call_delta(calls[0])
-        text = delta.get("content")
+        calls = delta.get("tool_calls") if isinstance(delta, dict) else None
+        pieces = [self._call_delta(call, stream) for call in calls or ()]
+        if choice.get("finish_reason"):
+            # Gemini's compatible API ends tool calls with "stop": a call is a call.
+            called = stream.calls or pieces
+            stream.finish_reason = "tool_calls" if called else str(choice["finish_reason"])
+        if pieces:
+            stream.queued.extend(pieces[1:])
+            return pieces[0]
+        text = delta.get("content") if isinstance(delta, dict) else None
         return text if isinstance(text, str) else ""
 
-    def _call_delta(self, raw: Any) -> ToolCallDelta:
-        """One tool-call piece of a chunk."""
-        if not isinstance(raw, dict) or not isinstance(raw.get("index"), int):
-            raise self.malformed("a tool-call delta has no index")
+    def _call_delta(self, raw: Any, stream: CompletionStream) -> ToolCallDelta:
+        """One tool-call piece of a chunk. Gemini's compatible API gives no `index`: a piece
+        with a new id starts the next call, one without goes on with the last."""
+        if not isinstance(raw, dict):
+            raise self.malformed("a tool-call delta is not an object")
+        call_id = raw["id"] if isinstance(raw.get("id"), str) else ""
+        index = raw.get("index")
+        if not isinstance(index, int) or isinstance(index, bool):
+            known = {call[0]: at for at, call in stream.calls.items()}
+            known.update(
+                {
+                    piece.id: piece.index
+                    for piece in stream.queued
+                    if isinstance(piece, ToolCallDelta)
+                }
+            )
+            last = max([*stream.calls, *known.values()], default=-1)
+            if call_id and call_id not in known:
+                index = last + 1
+            else:
+                index = known.get(call_id, max(last, 0))
         function = raw.get("function")
         if not isinstance(function, dict):
             function = {}
         name, arguments = function.get("name"), function.get("arguments")
         return ToolCallDelta(
-            index=raw["index"],
-            id=raw["id"] if isinstance(raw.get("id"), str) else "",
+            index=index,
+            id=call_id,
             name=name if isinstance(name, str) else "",
             arguments=arguments if isinstance(arguments, str) else "",
         )

@@ -93,11 +93,14 @@ def apply(payload: dict[str, Any], options: Iterable[tuple[str, Any]], dialect: 
         found = TABLE[name][dialect]
         if not isinstance(found, Passed):
             continue
-        if name == "parallel_tool_calls" and dialect == ANTHROPIC:
+        if name == "parallel_tool_calls":
             if "tools" not in payload:
-                continue  # no tools asked for: nothing to run in parallel
-            payload.setdefault("tool_choice", {"type": "auto"})
-            value = not value
+                continue  # no tools offered (OpenAI refuses it then): nothing to run in parallel
+            if dialect == ANTHROPIC:
+                choice = payload.setdefault("tool_choice", {"type": "auto"})
+                if choice.get("type") == "none":
+                    continue  # no call to make, so none in parallel (and "none" takes no more)
+                value = not value
         *parents, leaf = found.path.split(".")
         target = payload
         for parent in parents:

@@ -113,9 +113,12 @@ class CompletionStream:
     def _taken(self, piece: Piece) -> Piece:
         """A piece noted in the answer so far (its text, or its tool call's)."""
         if isinstance(piece, ToolCallDelta):
-            call = self.calls.setdefault(piece.index, ["", "", ""])
-            call[0] = call[0] or piece.id
-            call[1] = call[1] or piece.name
+            call = self.calls.get(piece.index)
+            if call is not None and (piece.id or piece.name):
+                # an upstream that names the call on every piece: named once, as OpenAI does
+                piece = ToolCallDelta(piece.index, arguments=piece.arguments)
+            if call is None:
+                call = self.calls[piece.index] = [piece.id, piece.name, ""]
             call[2] += piece.arguments
         elif isinstance(piece, Reasoning):
             if not piece.text:

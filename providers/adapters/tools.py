@@ -156,7 +156,9 @@ def anthropic_messages(turns: tuple[Turn, ...]) -> list[dict[str, Any]]:
         if turn.role == "tool":
             block = {"type": "tool_result", "tool_use_id": turn.tool_call_id, "content": turn.text}
             last = messages[-1] if messages else None
-            if last is not None and last["role"] == "user" and isinstance(last["content"], list):
+            if last is not None and last["role"] == "user":
+                if isinstance(last["content"], str):
+                    last["content"] = [{"type": "text", "text": last["content"]}]
                 last["content"].append(block)
             else:
                 messages.append({"role": "user", "content": [block]})
@@ -174,11 +176,20 @@ def anthropic_messages(turns: tuple[Turn, ...]) -> list[dict[str, Any]]:
                 }
                 for call in turn.tool_calls
             ]
-            messages.append({"role": "assistant", "content": blocks})
+            last = messages[-1] if messages else None
+            if last is not None and last["role"] == "assistant":
+                if isinstance(last["content"], str):
+                    last["content"] = [{"type": "text", "text": last["content"]}]
+                last["content"].extend(blocks)
+            else:
+                messages.append({"role": "assistant", "content": blocks})
             continue
         last = messages[-1] if messages else None
-        if turn.role == "user" and last is not None and last["role"] == "user":
-            # text after tool results: one more block of the same user message
+        if last is not None and last["role"] == turn.role:
+            # two turns of one role in a row (text after tool results, say): blocks of one
+            # message, since the API wants user and assistant to alternate
+            if isinstance(last["content"], str):
+                last["content"] = [{"type": "text", "text": last["content"]}]
             last["content"].append({"type": "text", "text": turn.text})
             continue
         messages.append({"role": turn.role, "content": turn.text})

@@ -95,6 +95,7 @@ def conversation(messages: Any, body: dict[str, Any]) -> Any:
     system: list[str] = []
     turns: list[Turn] = []
     calls: dict[str, str] = {}  # the calls made so far: id → tool name
+    waiting: list[str] = []  # the last assistant message's calls not yet answered
     total = 0
     for index, message in enumerate(messages):
         if not isinstance(message, dict):
@@ -102,11 +103,25 @@ def conversation(messages: Any, body: dict[str, Any]) -> Any:
         turn = _turn(message, index, calls)
         if isinstance(turn, ApiError):
             return turn
+        if turn.role == "tool" and turn.tool_call_id not in waiting:
+            return invalid(
+                f"messages[{index}].tool_call_id",
+                "A tool message must come right after the assistant message whose call it "
+                "answers (with the other results of that message), once.",
+            )
+        if turn.role == "tool":
+            waiting.remove(turn.tool_call_id)
+        elif waiting:
+            return _unanswered(index, waiting)
+        if turn.tool_calls:
+            waiting = [call.id for call in turn.tool_calls]
         total += len(turn.text) + sum(len(call.arguments) for call in turn.tool_calls)
         if turn.role in SYSTEM_ROLES:
             system.append(turn.text)
         else:
             turns.append(turn)
+    if waiting:
+        return _unanswered(None, waiting)
     if total > MAX_CONVERSATION_CHARS:
         return invalid(
             "messages", f"The messages may hold at most {MAX_CONVERSATION_CHARS} characters."
@@ -124,6 +139,15 @@ def conversation(messages: Any, body: dict[str, Any]) -> Any:
         return "\n\n".join(system), prompt, (), tuple(turns)
     history = tuple((turn.role, turn.text) for turn in turns[:-1])
     return "\n\n".join(system), prompt, history, ()
+
+
+def _unanswered(index: int | None, waiting: list[str]) -> ApiError:
+    where = "messages" if index is None else f"messages[{index}]"
+    return invalid(
+        where,
+        "Each tool call of an assistant message must be answered by a tool message right "
+        f"after it; not answered: {', '.join(waiting)}.",
+    )
 
 
 def _turn(message: dict[str, Any], index: int, calls: dict[str, str]) -> Turn | ApiError:

@@ -118,7 +118,7 @@ async def admit(walk: Walk, provider: ProviderConfig) -> Ticket | AttemptResult:
                 await store.release_probe(name, state.version)
             return AttemptResult(Attempt(name, "skipped", held))
         release = held
-        if completion.max_tokens is None:  # so the reservation really is the worst case
+        if completion.max_tokens is None and not completion.embed:  # the worst case, held
             completion = replace(completion, max_tokens=answer_tokens_reserved(None))
     return Ticket(
         provider,

@@ -62,7 +62,8 @@ def reservation(
     if not budgets:
         return []
     tokens_in = prompt_tokens_reserved(completion.all_text(), len(completion.history) + 1)
-    tokens_out = answer_tokens_reserved(completion.max_tokens)
+    # An embedding has no answer tokens: its inputs are all it costs.
+    tokens_out = 0 if completion.embed else answer_tokens_reserved(completion.max_tokens)
     cost = provider.cost(tokens_in, tokens_out)
     return holds_for(budgets, keys, cost, tokens_in + tokens_out, priority)
 

@@ -139,3 +139,11 @@ async def test_each_mistake_is_answered_in_openais_error_shape(
         assert error["code"] == code
     assert_openai("ErrorResponse", response.json())
     assert primary.calls == 0
+
+
+async def test_each_input_is_held_to_the_window_on_its_own_not_the_batch(
+    embedders, api, gateway, primary
+):
+    batch = [("word " * 100).strip() + f" {n}" for n in range(80)]  # ~10,000 tokens in all
+    body = _body(await api.post(URL, json={"model": "auto", "input": batch}))
+    assert len(body["data"]) == 80 and body["failover"]["provider"] == "ollama-local"
