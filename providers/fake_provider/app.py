@@ -102,11 +102,12 @@ class FakeProviderApp:
         config, rate_fail = self.state.record(path, chat=chat)
         echo = leaks.credentials_of(scope["headers"]) if config.echo_key else ""
         body = await read_body(receive) if method == "POST" else b""
-        query, headers = scope.get("query_string", b"").decode("latin-1"), _headers(scope)
-        self.state.remember(path, _decoded(body), headers, query)
+        raw_query = scope.get("query_string", b"")
+        self.state.remember(path, body, scope["headers"], raw_query)
         # GET /v1/models is shared: OpenAI's clients send a bearer key, Anthropic's x-api-key.
         keyed = (OPENAI, ANTHROPIC) if endpoint == "models" else (dialect,)
         if prefixed is not None:
+            query, headers = raw_query.decode("latin-1"), _headers(scope)
             refused = azure.refusal(prefixed, config, query, headers)
             if refused is not None:
                 await _deliver(refused, send, echo)
@@ -225,13 +226,6 @@ def _authorized(scope: Scope, dialect: str, api_key: str) -> bool:
         if name == header:
             return bool(value == expected)
     return False
-
-
-def _decoded(body: bytes) -> Any:
-    try:
-        return json.loads(body) if body else None
-    except ValueError:
-        return None
 
 
 def _headers(scope: Scope) -> dict[str, str]:

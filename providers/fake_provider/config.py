@@ -53,6 +53,7 @@ and the next, so a stream can be made to last long enough to cut or cancel it mi
 
 from __future__ import annotations
 
+import json
 import random
 import re
 import threading
@@ -272,7 +273,7 @@ class FakeState:
         self.config = defaults
         self._calls = 0
         self._by_path: dict[str, int] = {}
-        self._last: dict[str, dict[str, Any]] = {}
+        self._last: dict[str, tuple[bytes, Any, bytes]] = {}  # path → (body, headers, query)
         # error_rate without randomness: the share accumulates per call and a call fails each
         # time it reaches 1, so 0.25 fails exactly every 4th call.
         self._error_debt = 0.0
@@ -323,17 +324,32 @@ class FakeState:
             self._error_debt = 0.0
             return self.config
 
-    def remember(self, path: str, body: Any, headers: Mapping[str, str], query: str = "") -> None:
-        """Keep what a call to `path` carried (its decoded JSON body, headers and query)."""
+    def remember(self, path: str, body: bytes, headers: Any, query: bytes = b"") -> None:
+        """Keep what a call to `path` carried, as it came (its body, its raw header pairs and
+        query string): read back, and decoded, only when a test asks (`last_request`)."""
         with self._lock:
-            self._last[path] = {"body": body, "headers": dict(headers), "query": query}
+            self._last[path] = (body, headers, query)
 
     def last_request(self, path: str) -> dict[str, Any] | None:
         """The last call to `path`: {"body": decoded JSON (None when it did not parse),
         "headers": {lower-case name: value}, "query": the raw query string}; None before any
         call (or after `reset`)."""
         with self._lock:
-            return self._last.get(path)
+            last = self._last.get(path)
+        if last is None:
+            return None
+        body, headers, query = last
+        try:
+            decoded = json.loads(body) if body else None
+        except ValueError:
+            decoded = None
+        return {
+            "body": decoded,
+            "headers": {
+                name.decode("latin-1").lower(): value.decode("latin-1") for name, value in headers
+            },
+            "query": query.decode("latin-1"),
+        }
 
     @property
     def calls(self) -> int:
