@@ -349,8 +349,10 @@ def test_with_a_valid_key_every_answer_is_one_the_document_promises(case, platfo
 
 # The operations that need a key; the rest answer the same to everyone (the run above).
 keyed = plain.exclude(tag="probes").exclude(operation_id="openapi")
+# A refusal before the key is known reaches no state store and no provider: one pass checks it.
 
 
+@pure
 @keyed.parametrize()
 @FUZZ_SETTINGS
 def test_without_a_key_every_answer_is_a_refusal_the_document_promises(
@@ -361,6 +363,7 @@ def test_without_a_key_every_answer_is_a_refusal_the_document_promises(
     assert primary.calls == secondary.calls == 0
 
 
+@pure
 @made_up_keys.include(path=["/api/v1/complete", "/v1/chat/completions"]).parametrize()
 @FUZZ_SETTINGS
 def test_with_a_made_up_key_every_answer_is_a_refusal_the_document_promises(
