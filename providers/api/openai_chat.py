@@ -31,6 +31,7 @@ from providers.api.common import (
 from providers.api.json_body import ApiError
 from providers.api.models import resolve_model
 from providers.api.openai_common import (
+    Arrival,
     EventStreamResponse,
     arrived,
     ms_since,
@@ -40,6 +41,7 @@ from providers.api.openai_common import (
     routed_error,
 )
 from providers.api.openai_shapes import BROKEN, DONE, Shape, delta
+from providers.routing.cascade import RouteRequest, RouteResult
 
 
 @openai_json_errors
@@ -53,18 +55,9 @@ async def chat_completions(request: HttpRequest) -> HttpResponseBase:
     arrival = await arrived(request, parse_chat)
     if isinstance(arrival, HttpResponseBase):
         return arrival
-    gateway, caller, parsed = arrival.gateway, arrival.caller, arrival.parsed
-    # What the app may not ask for is refused before anything says whether it exists.
-    choice = resolve_model(caller, await gateway.snapshots.current(), parsed.model)
-    if isinstance(choice, ApiError):
-        return openai_error(choice)
-    prefer = choice.prefer
-    ticket = await caller_admitted(caller, gateway, priority=parsed.priority, prefer=prefer)
-    if isinstance(ticket, Refusal):
-        return refused(ticket, openai_error)
-
-    routed = route_request(
-        parsed,
+    gateway, parsed = arrival.gateway, arrival.parsed
+    found = await routed_by_model(
+        arrival,
         CompletionRequest(
             prompt=parsed.prompt,
             system_prompt=parsed.system_prompt,
@@ -79,15 +72,11 @@ async def chat_completions(request: HttpRequest) -> HttpResponseBase:
             output=parsed.output,
             options=parsed.options,
         ),
-        caller,
-        ticket,
-        stream=parsed.stream,
-        prefer=prefer,
-        group=choice.group,
-        then_cascade=choice.then_cascade,
     )
+    if isinstance(found, HttpResponseBase):
+        return found
+    routed, result = found
     request_id = routed.request_id
-    result = await route_safely(routed, gateway)
     headers = failover_headers(result, request_id)
     if result.error is not None:
         record_call(gateway, routed, result, ms_since(started))
@@ -98,6 +87,32 @@ async def chat_completions(request: HttpRequest) -> HttpResponseBase:
         return EventStreamResponse(events, headers=headers)
     record_call(gateway, routed, result, ms_since(started))
     return JsonResponse(shape.completion(), headers=headers)
+
+
+async def routed_by_model(
+    arrival: Arrival, completion: CompletionRequest
+) -> tuple[RouteRequest, RouteResult] | HttpResponseBase:
+    """A chat-like request routed as its `model` reads (`resolve_model`), once the caller is
+    admitted: the request and its result, or the refusal in OpenAI's error shape. What the app
+    may not ask for is refused before anything says whether it exists."""
+    gateway, caller, parsed = arrival.gateway, arrival.caller, arrival.parsed
+    choice = resolve_model(caller, await gateway.snapshots.current(), parsed.model)
+    if isinstance(choice, ApiError):
+        return openai_error(choice)
+    ticket = await caller_admitted(caller, gateway, priority=parsed.priority, prefer=choice.prefer)
+    if isinstance(ticket, Refusal):
+        return refused(ticket, openai_error)
+    routed = route_request(
+        parsed,
+        completion,
+        caller,
+        ticket,
+        stream=parsed.stream,
+        prefer=choice.prefer,
+        group=choice.group,
+        then_cascade=choice.then_cascade,
+    )
+    return routed, await route_safely(routed, gateway)
 
 
 class ChatFrames:

@@ -17,20 +17,13 @@ from django.http import HttpRequest, HttpResponseBase, JsonResponse
 
 from failover_site.runtime.outcomes import record_call
 from providers.api.common import (
-    Refusal,
-    caller_admitted,
     failover_headers,
-    refused,
-    route_request,
-    route_safely,
 )
-from providers.api.json_body import ApiError
-from providers.api.models import resolve_model
+from providers.api.openai_chat import routed_by_model
 from providers.api.openai_common import (
     EventStreamResponse,
     arrived,
     ms_since,
-    openai_error,
     openai_json_errors,
     relay,
     routed_error,
@@ -45,28 +38,12 @@ async def responses(request: HttpRequest) -> HttpResponseBase:
     arrival = await arrived(request, parse_responses)
     if isinstance(arrival, HttpResponseBase):
         return arrival
-    gateway, caller, parsed = arrival.gateway, arrival.caller, arrival.parsed
-    # What the app may not ask for is refused before anything says whether it exists.
-    choice = resolve_model(caller, await gateway.snapshots.current(), parsed.model)
-    if isinstance(choice, ApiError):
-        return openai_error(choice)
-    prefer = choice.prefer
-    ticket = await caller_admitted(caller, gateway, priority=parsed.priority, prefer=prefer)
-    if isinstance(ticket, Refusal):
-        return refused(ticket, openai_error)
-
-    routed = route_request(
-        parsed,
-        parsed.completion,
-        caller,
-        ticket,
-        stream=parsed.stream,
-        prefer=prefer,
-        group=choice.group,
-        then_cascade=choice.then_cascade,
-    )
+    gateway, parsed = arrival.gateway, arrival.parsed
+    found = await routed_by_model(arrival, parsed.completion)
+    if isinstance(found, HttpResponseBase):
+        return found
+    routed, result = found
     request_id = routed.request_id
-    result = await route_safely(routed, gateway)
     headers = failover_headers(result, request_id)
     if result.error is not None:
         record_call(gateway, routed, result, ms_since(started))
