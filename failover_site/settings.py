@@ -18,6 +18,8 @@ import environ
 from csp.constants import NONCE, NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
+from providers.engine.secret_destinations import VENDOR_DESTINATIONS, destinations_parse
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
@@ -208,6 +210,21 @@ SECRET_ENV_NAMES = env.list(
 # Background work: Celery on the Redis broker in production. Without a broker the same job
 # functions run inside the serving process.
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL)
+# Where each secret variable may be sent (providers/engine/secret_destinations.py): the demo's
+# names to their vendors' hosts; a deployment declares the rest, and may re-declare those, as
+# NAME=host[;host…] entries, comma-separated (a host may be *.domain). A secret goes nowhere
+# else: a provider or channel pairing it with another host is refused when saved and sends
+# nothing. In the embedded mode (DEBUG) every secret may also go to loopback (local fakes and
+# models); a production deployment declares such a host like any other.
+try:
+    SECRET_DESTINATIONS = {
+        **VENDOR_DESTINATIONS,
+        **destinations_parse(env.list("SECRET_DESTINATIONS", default=[])),
+    }
+except ValueError as exc:
+    raise ImproperlyConfigured(f"SECRET_DESTINATIONS: {exc}.") from exc
+SECRET_DESTINATIONS_LOOPBACK = DEBUG
+
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True

@@ -28,7 +28,7 @@ from providers.models import (
 )
 from providers.models.client_app import lines_of, origins_normalised
 from providers.models.provider import model_names
-from providers.models.secret_env import secret_env_read
+from providers.models.secret_env import secret_env_read, secret_values
 
 
 def policy_get() -> FailoverPolicy:
@@ -66,8 +66,9 @@ def snapshot_build(*, version: int) -> Snapshot:
             or ""
         )
     policy = policy_config(policy_row, forced_provider=forced)
+    secrets = secret_values()
     providers = tuple(
-        provider_config(row)
+        provider_config(row, other_secrets=secrets)
         for row in Provider.objects.filter(enabled=True).order_by("priority", "name")
     )
     budgets = tuple(
@@ -142,11 +143,14 @@ def clients_build() -> Clients:
     return Clients(by_digest=usable, refused=frozenset(refused))
 
 
-def provider_config(row: Provider) -> ProviderConfig:
+def provider_config(row: Provider, *, other_secrets: tuple[str, ...] = ()) -> ProviderConfig:
     """A provider as the engine reads it, with its key read from the environment now (once per
-    snapshot). A key variable the secret-variable rule refuses reads as not set whatever it
-    holds (`providers/models/secret_env.py`), and `api_key_problem` says why."""
-    api_key, problem = secret_env_read(row.api_key_env) if row.api_key_env else ("", "")
+    snapshot). A key variable the secret-variable rule refuses, or one not bound to the base
+    URL's host, reads as not set whatever it holds (`providers/models/secret_env.py`), and
+    `api_key_problem` says why."""
+    api_key, problem = (
+        secret_env_read(row.api_key_env, row.base_url) if row.api_key_env else ("", "")
+    )
     return ProviderConfig(
         name=row.name,
         kind=row.kind,
@@ -171,6 +175,7 @@ def provider_config(row: Provider) -> ProviderConfig:
         api_key=api_key,
         api_key_env=row.api_key_env,
         api_key_problem=problem,
+        other_secrets=other_secrets,
     )
 
 

@@ -19,7 +19,13 @@ from django.core.exceptions import ValidationError
 from alerts.channels.outbound import policy_transport
 from providers.models import http_url_validator
 from providers.models.outbound import BLOCKED, REFUSED_CODE, OutboundRefused
-from providers.models.secret_env import ENV_VAR_NAME, secret_env_problem, secret_env_read
+from providers.models.secret_env import (
+    ENV_VAR_NAME,
+    secret_destination_problem,
+    secret_env_problem,
+    secret_env_read,
+    secrets_scrubbed,
+)
 
 if TYPE_CHECKING:
     from alerts.models import AlertEvent
@@ -120,6 +126,12 @@ class ConfigErrors:
                 self.add(key, problem)
         return value
 
+    def bound(self, key: str, name: str, url: str) -> None:
+        """The secret in `name` (the config's `key`) goes to `url`: only where it may go."""
+        problem = secret_destination_problem(name, url) if name and not self.messages else ""
+        if problem:
+            self.add(key, problem)
+
     def http_url(self, key: str, *, required: bool, default: str = "") -> str:
         value = self.string(key, required=required, default=default)
         if value:
@@ -192,28 +204,28 @@ def retry_after_header(response: httpx.Response) -> float | None:
 class HttpChannel(Channel):
     """A channel that POSTs over HTTP: the one call site, its timeout and its network errors."""
 
-    def secrets(self) -> tuple[str, ...]:
-        """Values that must never reach an error message (a token inside a URL)."""
-        return ()
-
     def redact(self, text: str) -> str:
-        for secret in self.secrets():
-            if secret:
-                text = text.replace(secret, "***")
-        return text
+        """What the other side said, fit to keep: every secret this process can send (the
+        channel's own among them), whole or in pieces, redacted."""
+        return secrets_scrubbed(text)
 
     def post(
         self,
         url: str,
         *,
+        carries: str = "",
         content: bytes | None = None,
         json: Any = None,
         headers: Mapping[str, str] | None = None,
     ) -> httpx.Response:
         """POST once; a network failure or timeout is a transient `TransportError`, an address
-        the outbound URL policy refuses a permanent one (nothing is sent). Redirects are never
+        the outbound URL policy refuses a permanent one (nothing is sent), and so is a URL the
+        secret it `carries` (the variable's name) may not be sent to. Redirects are never
         followed, and proxies from the environment are not used: the policy judges the address
         actually connected to."""
+        problem = secret_destination_problem(carries, url)
+        if problem:
+            raise TransportError(f"{self.label} was not called: {problem}", permanent=True)
         try:
             with httpx.Client(
                 timeout=TIMEOUT,

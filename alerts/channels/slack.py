@@ -6,7 +6,6 @@ in the environment like a token.
 
 from __future__ import annotations
 
-import os
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +21,7 @@ from alerts.channels.base import (
 )
 from providers.models import http_url_validator
 from providers.models.outbound import BLOCKED, REFUSED_CODE
+from providers.models.secret_env import secret_env_read
 
 # Slack's error answers are one word ("invalid_token", "no_service"): shown as they are. Any
 # other body is not shown, only the status.
@@ -35,6 +35,14 @@ def slack_escape(text: str) -> str:
     """Slack reads &, < and > as markup (links, mentions): these three, and only these, are
     escaped, so "p95 > 5 s" arrives as written."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _valid_url(url: str) -> bool:
+    try:
+        http_url_validator(url)
+    except ValidationError:
+        return False
+    return True
 
 
 class SlackChannel(HttpChannel):
@@ -54,11 +62,13 @@ class SlackChannel(HttpChannel):
             example="SLACK_WEBHOOK_URL",
             holds="the webhook URL",
         )
+        # The URL is the secret itself: where it points is checked here when it is set (a URL
+        # the policy refuses is `send`'s to report), and again at every send.
+        url = secret_env_read(name)[0] if name and not errors.messages else ""
+        if url and _valid_url(url):
+            errors.bound("webhook_url_env", name, url)
         errors.raise_if_any()
         return {"webhook_url_env": name}
-
-    def secrets(self) -> tuple[str, ...]:
-        return (os.environ.get(self.config["webhook_url_env"], "").strip(),)
 
     def send(self, event: AlertEvent) -> None:
         name = self.config["webhook_url_env"]
@@ -70,7 +80,7 @@ class SlackChannel(HttpChannel):
             if exc.code == REFUSED_CODE and exc.params:
                 problem = f"holds a URL {BLOCKED}: {self.redact(exc.params['refusal'])}"
             raise TransportError(f"{name} {problem}.", permanent=True) from exc
-        response = self.post(url, json={"text": slack_escape(event_text(event))})
+        response = self.post(url, carries=name, json={"text": slack_escape(event_text(event))})
         if response.is_success:
             return
         status = response.status_code

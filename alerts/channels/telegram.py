@@ -10,7 +10,6 @@ config: {"bot_token_env": "TELEGRAM_BOT_TOKEN", "chat_id": -1001234567890,
 from __future__ import annotations
 
 import html
-import os
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -131,6 +130,7 @@ class TelegramChannel(HttpChannel):
         elif not CHAT_ID.fullmatch(str(chat_id).strip()):
             errors.add("chat_id", f"{chat_id!r} is neither a numeric chat id nor an @username.")
         base_url = errors.http_url("api_base_url", required=False, default=DEFAULT_API_BASE_URL)
+        errors.bound("bot_token_env", token_env, base_url or DEFAULT_API_BASE_URL)
         errors.raise_if_any()
         if isinstance(chat_id, str) and re.fullmatch(r"-?\d+", chat_id.strip()):
             chat_id = int(chat_id)
@@ -142,14 +142,13 @@ class TelegramChannel(HttpChannel):
             "api_base_url": base_url.rstrip("/") or DEFAULT_API_BASE_URL,
         }
 
-    def secrets(self) -> tuple[str, ...]:
-        # The token travels in the URL's path: keep it out of every error message.
-        return (os.environ.get(self.config["bot_token_env"], "").strip(),)
-
     def send(self, event: AlertEvent) -> None:
         token = env_secret(self.config["bot_token_env"], "Telegram bot token")
+        # The token travels in the URL's path: only to the host its variable is bound to, and
+        # kept out of every error message (`redact`).
         response = self.post(
             f"{self.config['api_base_url']}/bot{token}/sendMessage",
+            carries=self.config["bot_token_env"],
             json={
                 "chat_id": self.config["chat_id"],
                 "text": telegram_html(event),

@@ -71,6 +71,7 @@ class WebhookChannel(HttpChannel):
         secret_env = errors.env_var(
             "secret_env", required=False, example="ALERT_WEBHOOK_SECRET", holds="the HMAC key"
         )
+        errors.bound("secret_env", secret_env, url)
         header = errors.string("header", required=False, default=DEFAULT_HEADER)
         if header and not HEADER_NAME.fullmatch(header):
             errors.add("header", f"{header!r} is not an HTTP header name (letters, digits, '-').")
@@ -83,7 +84,9 @@ class WebhookChannel(HttpChannel):
         if self.config["secret_env"]:
             secret = env_secret(self.config["secret_env"], "webhook's HMAC key")
             headers[self.config["header"]] = signature(secret, body)
-        response = self.post(self.config["url"], content=body, headers=headers)
+        response = self.post(
+            self.config["url"], carries=self.config["secret_env"], content=body, headers=headers
+        )
         if response.is_success:
             return
         status = response.status_code

@@ -159,6 +159,8 @@ class EmbeddedSite:
             CELERY_BROKER_URL="",
             LOG_LEVEL="WARNING",
             OPENAI_API_KEY=SECONDARY_KEY,
+            # The demo's secondary is moved onto its fake on this machine: its key may go there.
+            SECRET_DESTINATIONS="OPENAI_API_KEY=api.openai.com;127.0.0.1",
         )
         (self.work / "data").mkdir()
         return env

@@ -29,9 +29,9 @@ from providers.adapters.messages import (
     Reasoning,
     prompt_needed,
 )
-from providers.adapters.scrub import scrub, scrub_cut
 from providers.adapters.stream import CompletionStream
 from providers.engine.config import ProviderConfig
+from providers.engine.scrub import KEPT_LIMIT, scrub_cut
 
 # The finish reasons of an answer cut at its token limit, in each dialect's words.
 CUT_OFF = ("length", "max_tokens")
@@ -306,7 +306,7 @@ class ProviderAdapter(ABC):
     def upstream_text(self, text: str, limit: int) -> str:
         """An upstream's words, scrubbed, then cut to `limit`: cut first, a key across the cut
         would leave its first half, no longer the key the scrubber looks for."""
-        return scrub_cut(text, limit, (self.config.api_key,))
+        return scrub_cut(text, limit, self.config.secrets)
 
     def _failed(
         self,
@@ -319,7 +319,7 @@ class ProviderAdapter(ABC):
         """Every failure an adapter raises is made here: the one place upstream text becomes
         an error, so it is scrubbed of this provider's key and anything like a credential
         before the ledger, the logs, the alerts or a page can hold it."""
-        message = scrub(message, (self.config.api_key,))
+        message = scrub_cut(message, KEPT_LIMIT, self.config.secrets)
         return ProviderError(error_class, message, status=status, retry_after_s=retry_after_s)
 
     def malformed(self, what: str) -> ProviderError:

@@ -28,6 +28,7 @@ from providers.engine.outbound import (
     host_refusal,
     resolved_refusal,
 )
+from providers.engine.secret_destinations import SecretDestinations
 
 
 def blocked(refusal: str) -> ProviderError:
@@ -133,3 +134,29 @@ class BlockedTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         raise blocked(self.refusal)
+
+
+class SecretBoundTransport(httpx.AsyncBaseTransport):
+    """A provider's pool, sending its key only to a host the key's variable is bound to
+    (`SECRET_DESTINATIONS`): checked on each request's own URL, whatever the base URL said
+    when the row was saved. A refusal sends nothing (`upstream_rejected`, "not sent: …")."""
+
+    def __init__(
+        self, inner: httpx.AsyncBaseTransport, *, name: str, destinations: SecretDestinations
+    ) -> None:
+        self._inner = inner
+        self._name = name
+        self._destinations = destinations
+        self._allowed: set[str] = set()  # hosts already checked: one set lookup a request
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        host = request.url.host
+        if host not in self._allowed:
+            refusal = self._destinations.refusal(self._name, str(request.url))
+            if refusal:
+                raise ProviderError(ErrorClass.UPSTREAM_REJECTED, f"not sent: {refusal}")
+            self._allowed.add(host)
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()

@@ -16,11 +16,16 @@ from django.conf import settings
 
 from providers.adapters import ADAPTERS
 from providers.adapters.base import ProviderAdapter
-from providers.adapters.outbound import BlockedTransport, PolicyHTTPTransport
+from providers.adapters.outbound import (
+    BlockedTransport,
+    PolicyHTTPTransport,
+    SecretBoundTransport,
+)
 from providers.adapters.transport import AiohttpTransport
 from providers.aio import LoopLocal, spawn
 from providers.engine.config import ProviderConfig
 from providers.engine.outbound import OutboundPolicy, url_refusal
+from providers.engine.secret_destinations import SecretDestinations
 
 logger = logging.getLogger(__name__)
 
@@ -39,14 +44,23 @@ def pool_size(config: ProviderConfig) -> int:
 def _transport(config: ProviderConfig, limits: httpx.Limits) -> httpx.AsyncBaseTransport:
     """httpx's own connection pool, or aiohttp's under httpx's API (PROVIDER_HTTP_CLIENT), held
     to the outbound URL policy (OUTBOUND_ALLOW); a base URL whose form the policy refuses (one
-    saved around the model's checks) gets a transport that sends nothing."""
+    saved around the model's checks) gets a transport that sends nothing; one with a key, a
+    transport that sends it only where its variable may go (SECRET_DESTINATIONS)."""
     refusal = url_refusal(config.base_url)
     if refusal:
         return BlockedTransport(refusal)
     policy = OutboundPolicy.allowing(settings.OUTBOUND_ALLOW)
+    transport: httpx.AsyncBaseTransport
     if settings.PROVIDER_HTTP_CLIENT == "aiohttp":
-        return AiohttpTransport(limits=limits, policy=policy)
-    return PolicyHTTPTransport(limits=limits, policy=policy)
+        transport = AiohttpTransport(limits=limits, policy=policy)
+    else:
+        transport = PolicyHTTPTransport(limits=limits, policy=policy)
+    if not config.api_key:
+        return transport
+    destinations = SecretDestinations(
+        hosts=settings.SECRET_DESTINATIONS, loopback=settings.SECRET_DESTINATIONS_LOOPBACK
+    )
+    return SecretBoundTransport(transport, name=config.api_key_env, destinations=destinations)
 
 
 class _NoCookies(httpx.Cookies):

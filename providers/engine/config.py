@@ -48,6 +48,14 @@ class ProviderConfig:
     api_key_env: str = ""  # the variable's name: a provider that names one needs it set
     # Why its key is missing ("OPENAI_API_KEY is not set …", or a name the rule refuses).
     api_key_problem: str = ""
+    # Every other secret this process can send (the other providers' keys, the channels'
+    # tokens): scrubbed from this provider's words like its own key.
+    other_secrets: tuple[str, ...] = field(default=(), repr=False)
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """What never leaves in this provider's words: its key and every other secret."""
+        return (self.api_key, *self.other_secrets) if self.api_key else self.other_secrets
 
     @property
     def http_base_url(self) -> str:

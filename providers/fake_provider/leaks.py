@@ -9,8 +9,10 @@ the request carried, so a test can check that none of it gets past the gateway.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterable
+from urllib.parse import quote
 
 from providers.fake_provider.dialects import ANTHROPIC, OLLAMA, Reply, dumps
 
@@ -19,13 +21,25 @@ _CREDENTIAL_HEADERS = (b"authorization", b"x-api-key")
 
 
 def credentials_of(headers: Iterable[tuple[bytes, bytes]]) -> str:
-    """What the request carried as its credentials, as a careless server would print it."""
+    """What the request carried as its credentials, as a careless server would print it:
+    the header, then its key in every shape a leak takes (each half alone, spelt out with
+    spaces, in base64, URL-encoded), so a test sees that no piece of it gets past."""
     found = [
-        f"{name.decode('latin-1')}: {value.decode('latin-1')}"
+        f"{name.decode('latin-1')}: {value.decode('latin-1')}{_pieces(value)}"
         for name, value in headers
         if name.lower() in _CREDENTIAL_HEADERS
     ]
     return "; ".join(found) or "no credentials"
+
+
+def _pieces(value: bytes) -> str:
+    key = value.decode("latin-1").split(" ")[-1]  # "Bearer sk-…": the key alone
+    half = len(key) // 2
+    spaced = " ".join(key[i : i + 4] for i in range(0, len(key), 4))
+    return (
+        f" [its halves {key[:half]} … {key[half:]}; spaced out: {spaced}; in base64: "
+        f"{base64.b64encode(value).decode()}; URL-encoded: {quote(key, safe='')}]"
+    )
 
 
 def echoing(reply: Reply, credentials: str) -> Reply:

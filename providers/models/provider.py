@@ -9,7 +9,12 @@ from django.core.validators import MaxValueValidator, MinValueValidator, RegexVa
 from django.db import models
 from django.utils import timezone
 
-from providers.models.secret_env import ENV_VAR_NAME, secret_env_problem, secret_env_read
+from providers.models.secret_env import (
+    ENV_VAR_NAME,
+    secret_destination_problem,
+    secret_env_problem,
+    secret_env_read,
+)
 from providers.models.validators import at_least, env_var_name_validator, http_url_validator
 
 
@@ -222,12 +227,16 @@ class Provider(models.Model):
             problem = secret_env_problem(name)
             if problem:
                 raise ValidationError({"api_key_env": problem}, code="secret_env_not_allowed")
+            # The key goes where the base URL points: only to a host its variable is bound to.
+            problem = secret_destination_problem(name, self.base_url)
+            if problem:
+                raise ValidationError({"api_key_env": problem}, code="secret_destination")
 
     @property
     def api_key_problem(self) -> str:
         """Why this process has no key for it ("" when it has one, or needs none), without
         reading the key out."""
-        return secret_env_read(self.api_key_env)[1] if self.api_key_env else ""
+        return secret_env_read(self.api_key_env, self.base_url)[1] if self.api_key_env else ""
 
     @property
     def api_key_configured(self) -> bool:

@@ -7,7 +7,12 @@ of the platform's own settings (Django's, and every variable `failover_site/sett
 whatever those lists say: otherwise anyone allowed to edit a provider could have `SECRET_KEY`
 sent to a server of theirs as a bearer token.
 
-The rule is checked when a row is validated (the admin's forms, the services, the management
+A secret is also bound to where it may be sent (`SECRET_DESTINATIONS`, the rules in
+`providers/engine/secret_destinations.py`): a row pairing a secret variable with a URL on
+another host is refused, so no one who may edit a provider or a channel can send another row's
+secret to a server of their own.
+
+The rules are checked when a row is validated (the admin's forms, the services, the management
 commands) and again each time a secret is read, so a row saved around the validation (an
 `.update()`, a database edit) still gets nothing out of the environment.
 """
@@ -22,6 +27,9 @@ import re
 from pathlib import Path
 
 from django.conf import global_settings, settings
+
+from providers.engine.scrub import KEPT_LIMIT, scrub_cut
+from providers.engine.secret_destinations import SecretDestinations
 
 # What a variable's name may look like (a value pasted in place of a name fails it).
 ENV_VAR_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
@@ -95,11 +103,51 @@ def secret_env_problem(name: str) -> str:
     )
 
 
-def secret_env_read(name: str) -> tuple[str, str]:
+def secret_destinations() -> SecretDestinations:
+    """Where each secret variable may be sent, as the settings declare it."""
+    return SecretDestinations(
+        hosts=settings.SECRET_DESTINATIONS, loopback=settings.SECRET_DESTINATIONS_LOOPBACK
+    )
+
+
+def secret_destination_problem(name: str, url: str) -> str:
+    """Why the secret in `name` may not travel to `url` ("" when it may), saying where it may;
+    "" for an empty name or URL (nothing is sent, or the URL's own check reports it)."""
+    if not name or not url:
+        return ""
+    refusal = secret_destinations().refusal(name, url)
+    return f"{refusal}." if refusal else ""
+
+
+def secret_env_read(name: str, url: str = "") -> tuple[str, str]:
     """(the value, the problem): the secret in `name`, stripped, with "" as the problem; or ""
-    with the reason there is none (the name is refused, or the variable is not set)."""
-    problem = secret_env_problem(name)
+    with the reason there is none (the name is refused, the variable is not set, or it may not
+    be sent to `url`, when one is given)."""
+    problem = secret_env_problem(name) or secret_destination_problem(name, url)
     if problem:
         return "", problem
     value = os.environ.get(name, "").strip()
     return value, "" if value else f"{name} is not set in this process's environment."
+
+
+def secret_values() -> tuple[str, ...]:
+    """Every secret this process can send: the value of each variable the rule allows, and
+    the e-mail server's password. What the scrubber looks for in upstream text, whichever
+    provider or channel it came from."""
+    refused = platform_env_names()
+    prefixes = tuple(prefix for prefix in settings.SECRET_ENV_PREFIXES if prefix)
+    names = set(settings.SECRET_ENV_NAMES)
+    values = {
+        value.strip()
+        for name, value in os.environ.items()
+        if (name in names or (prefixes and name.startswith(prefixes))) and name not in refused
+    }
+    values.add(settings.EMAIL_HOST_PASSWORD)
+    return tuple(sorted(value for value in values if value))
+
+
+def secrets_scrubbed(text: str) -> str:
+    """`text` (what an outside service answered) with every secret this process can send,
+    whole, in pieces or encoded, and anything shaped like a credential, redacted; then cut
+    to what an error keeps."""
+    return scrub_cut(text, KEPT_LIMIT, secret_values())

@@ -11,7 +11,6 @@ from typing import Any
 
 from providers.adapters.errors import ErrorClass, ProviderError
 from providers.adapters.messages import Completion
-from providers.adapters.scrub import scrub, scrubbed_traceback
 from providers.adapters.stream import CompletionStream
 from providers.engine import breaker
 from providers.engine.breaker import STUCK, Admission, BreakerState
@@ -21,6 +20,7 @@ from providers.engine.budgets import (
 )
 from providers.engine.config import ProviderConfig
 from providers.engine.health import health_skip
+from providers.engine.scrub import KEPT_LIMIT, scrub_cut, scrubbed_traceback
 from providers.routing.budget_holds import hold, later, release_later, reservation
 from providers.routing.settling import call_ended, settle
 from providers.routing.stuck import MovedOn, StuckGuard, stall_counter
@@ -262,9 +262,9 @@ async def attempt(
         logger.error(
             "provider %s failed in an unforeseen way\n%s",
             name,
-            scrubbed_traceback(exc, (provider.api_key,)),
+            scrubbed_traceback(exc, provider.secrets),
         )
-        detail = scrub(f"unexpected {type(exc).__name__}: {exc}", (provider.api_key,))
+        detail = scrub_cut(f"unexpected {type(exc).__name__}: {exc}", KEPT_LIMIT, provider.secrets)
         error = ProviderError(ErrorClass.MALFORMED, detail[:500])
     finally:
         # A stream stops waiting at its first token: a provider that answers isn't stuck, and

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 from providers.adapters.base import ProviderAdapter
 from providers.adapters.errors import ErrorClass
 from providers.adapters.messages import HealthResult
-from providers.adapters.scrub import scrub, scrubbed_traceback
 from providers.engine.config import PolicyConfig, ProviderConfig
 from providers.engine.health import Health, HealthState, health_ttl
+from providers.engine.scrub import KEPT_LIMIT, scrub_cut, scrubbed_traceback
 
 if TYPE_CHECKING:
     from providers.routing.ports import Runtime
@@ -53,9 +53,11 @@ async def check(adapter: ProviderAdapter, *, timeout: float, inference: bool) ->
         logger.error(
             "health check of %s failed in an unforeseen way\n%s",
             adapter.name,
-            scrubbed_traceback(exc, (adapter.config.api_key,)),
+            scrubbed_traceback(exc, adapter.config.secrets),
         )
-        detail = scrub(f"unexpected {type(exc).__name__}: {exc}", (adapter.config.api_key,))
+        detail = scrub_cut(
+            f"unexpected {type(exc).__name__}: {exc}", KEPT_LIMIT, adapter.config.secrets
+        )
         return HealthResult(False, 0.0, detail[:300], ErrorClass.MALFORMED)
 
 

@@ -218,8 +218,8 @@ class TestWhenSent:
         assert receiver.messages == []
 
     def test_a_slack_url_in_the_environment_is_refused_when_read(self, monkeypatch, sleeps):
+        slack_channel()  # saved while the variable held another URL (or none)
         monkeypatch.setenv(SLACK_URL_ENV, "http://metadata.google.internal/computeMetadata/v1")
-        slack_channel()
         event = deliver_event(make_event().pk, sleep=sleeps)
         [result] = event.deliveries
         assert result["permanent"]

@@ -4,7 +4,11 @@ streamed, comes out scrubbed of a key that looks like no credential at all."""
 
 from __future__ import annotations
 
+import base64
+import re
+from dataclasses import replace
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -12,9 +16,10 @@ import pytest
 from providers.adapters import ADAPTERS
 from providers.adapters.errors import ProviderError
 from providers.adapters.messages import CompletionRequest
-from providers.adapters.scrub import REDACTED, scrub, scrub_cut, scrubbed_traceback
 from providers.engine.config import ProviderConfig
+from providers.engine.scrub import REDACTED, scrub, scrub_cut, scrubbed_traceback
 from providers.fake_provider import FakeProvider
+from providers.models.secret_env import secret_values
 
 pytestmark = pytest.mark.backend_free
 
@@ -76,6 +81,54 @@ def test_a_key_too_short_to_look_for_is_not_replaced_everywhere():
 def test_scrubbing_twice_changes_nothing_more():
     once = scrub(f"api_key={PLAIN_KEY} Bearer {PLAIN_KEY}", [PLAIN_KEY])
     assert scrub(once, [PLAIN_KEY]) == once == "api_key=[redacted] Bearer [redacted]"
+
+
+# A key in pieces: halves, spaced, punctuated, encoded ---------------------------------------
+
+KEY = "q8Zr2LmX9vBt4NwK+7yHc3JpD/6sFa1GeU"  # no known shape, with what URL-encoding changes
+
+
+@pytest.mark.parametrize(
+    ("shape", "written"),
+    [
+        ("its first half", KEY[:17]),
+        ("its last half", KEY[17:]),
+        ("a run of eight from its middle", KEY[8:16]),
+        ("split by spaces", " ".join(KEY[i : i + 3] for i in range(0, len(KEY), 3))),
+        ("split by punctuation", "-".join(KEY[i : i + 5] for i in range(0, len(KEY), 5))),
+        ("one character a line", "\n".join(KEY)),
+        ("URL-encoded", quote(KEY, safe="")),
+        ("in base64", base64.b64encode(KEY.encode()).decode()),
+        ("in base64 behind Bearer", base64.b64encode(f"Bearer {KEY}".encode()).decode()),
+        ("in base64 as a Basic pair", base64.b64encode(f"user:{KEY}".encode()).decode()),
+        ("in URL-safe base64", base64.urlsafe_b64encode(f"xx{KEY}".encode()).decode()),
+    ],
+)
+def test_any_eight_characters_of_a_secret_go_however_they_are_written(shape, written):
+    scrubbed = scrub(f"the upstream said: {written} (refused)", [KEY])
+    assert REDACTED in scrubbed, shape
+    assert scrubbed.startswith("the upstream said: ") and scrubbed.endswith(" (refused)")
+    folded = re.sub(r"[^A-Za-z0-9]", "", scrubbed)
+    for forms in (KEY, quote(KEY, safe="")):
+        pieces = re.sub(r"[^A-Za-z0-9]", "", forms)
+        assert not any(pieces[i : i + 8] in folded for i in range(len(pieces) - 7)), shape
+
+
+def test_fewer_than_eight_characters_of_a_secret_are_words_not_a_leak():
+    text = f"model {KEY[:7]} is loading"
+    assert scrub(text, [KEY]) == text
+
+
+def test_a_secret_url_goes_past_its_host_and_the_host_stays_readable():
+    webhook = "https://hooks.slack.com/services/T0AB12CD/B0EF34GH/abcdefghijklmnopqrstuvwx"
+    said = scrub("posting to https://hooks.slack.com/services/T0AB12CD/… failed", [webhook])
+    assert said == f"posting to https://hooks.slack.com/{REDACTED}/… failed"
+
+
+def test_kept_text_is_capped_after_scrubbing_so_the_cap_cuts_no_secret_in_half():
+    text = "x " * 200 + KEY + " y" * 2000
+    cut = scrub_cut(text, 450, [KEY])
+    assert len(cut) == 450 and KEY[:8] not in cut and REDACTED in cut
 
 
 # The seam: what each adapter raises ---------------------------------------------------------
@@ -148,3 +201,22 @@ def test_a_logged_traceback_is_scrubbed_of_the_key_and_credentials():
         logged = scrubbed_traceback(exc, ("sk-canary-123456",))
     assert "sk-canary" not in logged and "abcdef12345" not in logged
     assert "ValueError" in logged and "Traceback" in logged
+
+
+def test_every_secret_the_process_can_send_leaves_any_providers_words(monkeypatch, settings):
+    token, other = "7251849302:AAF-a-bot-token-in-pieces-9Q2x", "the-vllm-key-of-another-row"
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", token)
+    monkeypatch.setenv("FAILOVER_SECRET_VLLM_KEY", other)
+    monkeypatch.setenv("SECRET_KEY", "the-servers-own-secret-key-never-sent-anywhere")
+    settings.EMAIL_HOST_PASSWORD = "smtp-password-0451"
+    held = secret_values()
+    assert {token, other, "smtp-password-0451"} <= set(held)
+    assert "the-servers-own-secret-key-never-sent-anywhere" not in held  # never sendable
+
+    adapter = ADAPTERS["openai"](
+        replace(config("openai", "http://127.0.0.1:9"), other_secrets=held), httpx.AsyncClient()
+    )
+    error = adapter.malformed(f"echo {token[:14]} / {other} / smtp-password-0451 / {PLAIN_KEY}")
+    assert error.message == (
+        f"unexpected answer: echo {REDACTED} / {REDACTED} / {REDACTED} / {REDACTED}"
+    )

@@ -6,6 +6,8 @@ line, ledger row, alert or page (the canary)."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import html
 import json
 import logging
 import re
@@ -14,6 +16,7 @@ import string
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -261,6 +264,24 @@ async def _requests(api) -> list[Any]:
     ]
 
 
+def _canary_forms(canary: str) -> dict[str, str]:
+    """The canary in each shape a leak takes: whole, either half, spelt out with spaces, its
+    bearer header in base64, URL-encoded."""
+    half = len(canary) // 2
+    return {
+        "whole": canary,
+        "first half": canary[:half],
+        "last half": canary[half:],
+        "spaced": " ".join(canary[i : i + 4] for i in range(0, len(canary), 4)),
+        "base64": base64.b64encode(f"Bearer {canary}".encode()).decode()[12:-4],
+        "url-encoded": quote(canary, safe=""),
+    }
+
+
+def _leaks(text: str, forms: dict[str, str]) -> list[str]:
+    return [shape for shape, form in forms.items() if form in text]
+
+
 def _response_text(response: Any) -> str:
     headers = "\n".join(f"{name}: {value}" for name, value in response.headers.items())
     return f"{response.status_code}\n{headers}\n{response.text}"
@@ -305,7 +326,9 @@ async def _admin_pages(admin_user: Any) -> str:
 async def test_a_key_the_upstream_echoes_reaches_no_response_log_ledger_alert_or_page(
     kind, api, gateway, primary, monkeypatch, caplog, admin_user
 ):
-    canary = f"sk-canary-{secrets.token_hex(16)}"
+    # With a '+' and a '/', so that its URL-encoded form is a shape of its own.
+    canary = f"sk-canary-{secrets.token_hex(8)}+{secrets.token_hex(4)}/{secrets.token_hex(4)}"
+    forms = _canary_forms(canary)
     monkeypatch.setenv(CANARY_ENV, canary)
     caplog.set_level(logging.INFO)
     name = f"leaky-{secrets.token_hex(3)}"  # its own alert throttle key, fresh each run
@@ -330,13 +353,17 @@ async def test_a_key_the_upstream_echoes_reaches_no_response_log_ledger_alert_or
             leaky.set_fault(mode=mode)
             responses += await _requests(api)
         calls = leaky.calls
+        # Its health check, the key refused and quoted back: the sentinel logs what it heard.
+        leaky.set_fault(mode="ok", api_key="sk-the-one-it-wants-instead")
+        checks = {found.name: found.result for found in await sentinel_run(gateway)}
 
     assert calls == len(responses) == 12  # every request met the echoing upstream
     statuses = [response.status_code for response in responses]
     assert statuses.count(400) == 3 and set(statuses) == {200, 400}
     refused = responses[3].json()["error"]
     assert refused["message"].endswith(f"request {responses[3].headers['X-Request-Id']}.")
-    assert [r for r in responses if canary in _response_text(r)] == []
+    assert "[redacted]" in checks[name].detail and _leaks(checks[name].detail, forms) == []
+    assert [r for r in responses if _leaks(_response_text(r), forms)] == []
     assert [r for r in responses if "the request carried" in r.text] == []  # no upstream text
     assert '"code": "stream_interrupted"' in responses[-1].text  # the stream broke mid-answer
 
@@ -345,7 +372,8 @@ async def test_a_key_the_upstream_echoes_reaches_no_response_log_ledger_alert_or
     ledger = json.dumps(
         await sync_to_async(lambda: list(CallRecord.objects.values()))(), default=str
     )
-    assert canary not in ledger
+    assert _leaks(ledger, forms) == []
+    assert "its halves [redacted]" in ledger  # the fake did quote every shape
     # The operator still reads what the upstream said, scrubbed.
     assert (
         ledger.count("the request carried authorization: Bearer [redacted]")
@@ -357,14 +385,16 @@ async def test_a_key_the_upstream_echoes_reaches_no_response_log_ledger_alert_or
     alert = json.dumps(
         await sync_to_async(lambda: list(AlertEvent.objects.values()))(), default=str
     )
-    assert canary not in alert and "[redacted]" in event.message
+    assert _leaks(alert, forms) == [] and "[redacted]" in event.message
     with FakeReceiver() as receiver:
         hook = AlertChannel(kind="webhook", config={"url": f"{receiver.url}/hook/ops"})
         await sync_to_async(channel_for(hook).send)(event)
         [sent] = receiver.messages
-    assert canary not in sent.body.decode() and "[redacted]" in sent.body.decode()
+    assert _leaks(sent.body.decode(), forms) == [] and "[redacted]" in sent.body.decode()
 
-    assert canary not in await _admin_pages(admin_user)
+    pages = await _admin_pages(admin_user)
+    assert _leaks(pages, forms) == [] and _leaks(html.unescape(pages), forms) == []
 
     logged = caplog.text + "\n".join(record.getMessage() for record in caplog.records)
-    assert canary not in logged
+    assert f"sentinel: {name} check failed" in logged  # the warning is there, scrubbed
+    assert _leaks(logged, forms) == []
