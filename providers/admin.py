@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from providers.admin_audit import AuditedModelAdmin, ReadOnlyModelAdmin
+from providers.admin_audit import AuditedModelAdmin, ReadOnlyModelAdmin, StrictModelForm
 from providers.models import (
     AliasEntry,
     ClientApp,
@@ -84,6 +84,7 @@ class AliasEntryInline(admin.TabularInline):
     """An alias's providers, in the order they are tried (saved through `save_formset`)."""
 
     model = AliasEntry
+    form = StrictModelForm
     fields = ("position", "provider", "model")
     ordering = ("position", "id")
     extra = 1

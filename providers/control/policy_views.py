@@ -24,6 +24,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
 from django.views.decorators.http import require_GET, require_POST
 
+from providers.form_input import FormInput
 from providers.models import ConfigChange
 from providers.selectors import policy_get
 from providers.services.policy import (
@@ -174,9 +175,23 @@ def thresholds_page(request: HttpRequest, site: AdminSite) -> HttpResponse:
     return _render(request, site)
 
 
+def _several_values(request: HttpRequest) -> dict[str, list[str]]:
+    """Thresholds sent with more than one value, by threshold: the form never sends them, and
+    which one was meant can't be told. (Their loaded values may come twice: a field with a
+    callable default renders its own hidden `initial-*` input beside the row's.)"""
+    given = FormInput(request.POST)
+    given.single(threshold_names())
+    return {
+        name: [f"{message} Nothing was saved." for message in messages]
+        for name, messages in given.errors.items()
+    }
+
+
 @require_POST
 def thresholds_save(request: HttpRequest, site: AdminSite) -> HttpResponse:
     _require_change(request)
+    if several := _several_values(request):
+        return _render(request, site, status=422, row_errors=several)
     saved = thresholds_update(data=request.POST, actor=request.user)
     if saved.form.errors:
         return _render(request, site, status=422, form=saved.form)
@@ -190,6 +205,8 @@ def threshold_reset(request: HttpRequest, site: AdminSite, name: str) -> HttpRes
     _require_change(request)
     if name not in threshold_names():
         raise Http404(f"No threshold named {name!r}.")
+    if several := _several_values(request):
+        return _render(request, site, status=422, row_errors=several)
     status = 200
     errors: dict[str, list[str]] = {}
     notices: dict[str, str] = {}

@@ -29,10 +29,12 @@ from billing.report_options import REPORTS, Report, ReportError, ReportQuery, re
 from billing.reports import money_words, report_build
 from providers.control import charts
 from providers.control.charts_views import TIER_COLORS
+from providers.form_input import FormInput, bad_request
 
 PERMISSION = "billing.view_callrecord"
 TARGET_COLOR = "#757575"
 FALLBACK_LABEL = "fallback tiers"
+OPTIONS = ("since", "until", "by", "group")
 
 
 def urls(site: AdminSite) -> list[URLPattern]:
@@ -73,21 +75,31 @@ def _check(request: HttpRequest) -> None:
         raise PermissionDenied("The reports read the call ledger: they take its view permission.")
 
 
-def _options(request: HttpRequest, report: str) -> dict[str, str | None]:
+def _read_options(given: FormInput) -> dict[str, str | None]:
+    """The page's options, one value each, without NUL, short: any other is in `given.errors`
+    and read as not given."""
+    return {name: given.text(name, max_length=40) or None for name in OPTIONS}
+
+
+def _options(read: dict[str, str | None], report: str) -> dict[str, str | None]:
     """The page's options as the report takes them: its periods and grouping only where it has
     them (the page groups only the spend)."""
-    given = {name: request.GET.get(name) or None for name in ("since", "until", "by", "group")}
+    options = dict(read)
     if report == "incidents":
-        given["by"] = None
+        options["by"] = None
     if report != "spend":
-        given["group"] = None
-    return given
+        options["group"] = None
+    return options
 
 
 def report_csv_view(request: HttpRequest, *, report: str) -> HttpResponse:
     _check(request)
+    given = FormInput(request.GET)
+    options = _options(_read_options(given), report)
+    if given.errors:
+        return bad_request(given.errors)
     try:
-        query = report_query(report=report, now=timezone.now(), **_options(request, report))
+        query = report_query(report=report, now=timezone.now(), **options)
     except ReportError as error:
         return HttpResponse(f"{error.option}: {error}", status=400, content_type="text/plain")
     response = HttpResponse(report_csv(report_build(query)), content_type="text/csv; charset=utf-8")
@@ -99,11 +111,14 @@ def report_csv_view(request: HttpRequest, *, report: str) -> HttpResponse:
 def reports_view(request: HttpRequest, *, site: AdminSite) -> TemplateResponse:
     _check(request)
     now = timezone.now()
-    errors = []
+    given = FormInput(request.GET)
+    read = _read_options(given)
+    # A refused option is read as not given, and said above the reports.
+    errors = [f"{name}: {text}" for name, texts in given.errors.items() for text in texts]
     queries = []
     for report in REPORTS:
         try:
-            queries.append(report_query(report=report, now=now, **_options(request, report)))
+            queries.append(report_query(report=report, now=now, **_options(read, report)))
         except ReportError as error:
             errors.append(f"{error.option}: {error}")
             queries.append(report_query(report=report, now=now))

@@ -33,6 +33,7 @@ from billing.roi import (
     roi_problems,
 )
 from providers.control import charts
+from providers.form_input import FormInput
 
 LEDGER_PERMISSION = "billing.view_callrecord"
 REGISTRY_PERMISSION = "providers.view_provider"
@@ -102,12 +103,16 @@ def roi_view(request: HttpRequest, *, site: AdminSite) -> TemplateResponse:
             "The ROI calculator reads the call ledger and the providers' prices: it takes the "
             "view permission of either."
         )
-    days, days_error = _days(request.GET.get("days"))
+    given = FormInput(request.GET)
+    days, days_error = _days(given)
     reading = ledger_reading(days, volumes=may_read_ledger, prices=may_read_prices)
     # The ledger's values, with whatever the query string overrides.
     data = {name: _as_field(getattr(reading.inputs, name)) for name in LABELS}
-    data.update({name: request.GET[name] for name in LABELS if name in request.GET})
+    data.update({name: given.text(name, default=data[name], max_length=100) for name in LABELS})
     form = RoiForm(data, currency=reading.currency)
+    for name, messages in given.errors.items():
+        if name in form.fields:
+            form.add_error(name, messages)
     result = None
     if form.is_valid() and form.inputs is not None:
         result = roi_calculate(form.inputs, currency=reading.currency)
@@ -128,14 +133,11 @@ def roi_view(request: HttpRequest, *, site: AdminSite) -> TemplateResponse:
     return TemplateResponse(request, template, context)
 
 
-def _days(text: str | None) -> tuple[int, str]:
+def _days(given: FormInput) -> tuple[int, str]:
     """The ledger window asked for, or the default with the reason it wasn't taken."""
-    if text is None or text == "":
-        return MONTH_DAYS, ""
-    if text.isascii() and text.isdigit() and len(text) <= len(str(MAX_DAYS)):
-        days = int(text)
-        if 1 <= days <= MAX_DAYS:
-            return days, ""
+    days = given.whole_number("days", low=1, high=MAX_DAYS, default=MONTH_DAYS)
+    if "days" not in given.errors:
+        return days or MONTH_DAYS, ""
     return MONTH_DAYS, (
         f"The ledger window must be a whole number of days from 1 to {MAX_DAYS}: "
         f"read over {MONTH_DAYS} instead."

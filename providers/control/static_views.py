@@ -9,7 +9,7 @@ from typing import Any
 
 from django.contrib.admin import AdminSite
 from django.core.exceptions import NON_FIELD_ERRORS, PermissionDenied, ValidationError
-from django.http import HttpRequest, HttpResponse, QueryDict
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
@@ -25,6 +25,7 @@ from providers.control.static_queries import (
     static_trial,
     unmatched_questions,
 )
+from providers.form_input import FormInput, bad_request
 from providers.models import StaticAnswer
 from providers.selectors import policy_get
 from providers.services.static_answers import static_answer_update
@@ -37,6 +38,8 @@ LEDGER_WINDOW = timedelta(days=7)
 # Tells the try-a-question box to ask again: the answer it showed may just have changed.
 SAVED_EVENT = "static-answer-saved"
 EDITABLE_FIELDS = ("question", "alternative_phrasings", "answer", "enabled")
+# The search box and the try-a-question box: a question's length, with room.
+MAX_QUERY_CHARS = 1000
 
 
 def urls(site: AdminSite) -> list[URLPattern]:
@@ -57,14 +60,15 @@ def urls(site: AdminSite) -> list[URLPattern]:
     ]
 
 
-def edit_values(data: QueryDict) -> dict[str, Any]:
-    """The edit form's fields as the model holds them: phrasings one per line, no blank lines."""
-    lines = (line.strip() for line in data.get("alternative_phrasings", "").splitlines())
+def edit_values(given: FormInput) -> dict[str, Any]:
+    """The edit form's fields as the model holds them: phrasings one per line, no blank lines.
+    A field it refuses (a NUL character, several values) is in `given.errors`."""
+    lines = (line.strip() for line in given.text("alternative_phrasings").splitlines())
     return {
-        "question": data.get("question", "").strip(),
+        "question": given.text("question").strip(),
         "alternative_phrasings": "\n".join(line for line in lines if line),
-        "answer": data.get("answer", "").strip(),
-        "enabled": data.get("enabled") == "on",
+        "answer": given.text("answer").strip(),
+        "enabled": given.choice("enabled", ("", "on"), default="") == "on",
     }
 
 
@@ -86,10 +90,13 @@ def _require_change(request: HttpRequest) -> None:
         raise PermissionDenied("Editing static answers takes the static answer change permission.")
 
 
-def _list_context(request: HttpRequest) -> dict[str, Any]:
-    search = request.GET.get("q", "").strip()
-    sort = request.GET.get("sort", DEFAULT_SORT)
-    sort = sort if sort in SORTS else DEFAULT_SORT
+def _list_options(given: FormInput) -> tuple[str, str]:
+    """The list's search text and sort order, as the query string gives them."""
+    search = given.text("q", max_length=MAX_QUERY_CHARS).strip()
+    return search, given.choice("sort", SORTS, default=DEFAULT_SORT)
+
+
+def _list_context(request: HttpRequest, search: str, sort: str) -> dict[str, Any]:
     return {
         "answers": static_answer_list(search=search, sort=sort),
         "q": search,
@@ -137,11 +144,16 @@ def _row(request: HttpRequest, answer: StaticAnswer, **extra: Any) -> TemplateRe
 def workbench(request: HttpRequest, site: AdminSite) -> HttpResponse:
     """The whole page; without JavaScript its forms are plain GETs of this page."""
     _require_view(request)
+    given = FormInput(request.GET)
+    search, sort = _list_options(given)
+    ask = given.text("ask", max_length=MAX_QUERY_CHARS)
+    if given.errors:
+        return bad_request(given.errors)
     context = {
         **site.each_context(request),
         "title": "Static answers",
-        **_list_context(request),
-        **_trial_context(request.GET.get("ask", "")),
+        **_list_context(request, search, sort),
+        **_trial_context(ask),
         **_ledger_context(request),
     }
     return TemplateResponse(request, TEMPLATE, context)
@@ -150,13 +162,21 @@ def workbench(request: HttpRequest, site: AdminSite) -> HttpResponse:
 @require_GET
 def answer_list(request: HttpRequest) -> HttpResponse:
     _require_view(request)
-    return _render(request, "list", _list_context(request))
+    given = FormInput(request.GET)
+    search, sort = _list_options(given)
+    if given.errors:
+        return bad_request(given.errors)
+    return _render(request, "list", _list_context(request, search, sort))
 
 
 @require_GET
 def try_question(request: HttpRequest) -> HttpResponse:
     _require_view(request)
-    return _render(request, "try-result", _trial_context(request.GET.get("ask", "")))
+    given = FormInput(request.GET)
+    ask = given.text("ask", max_length=MAX_QUERY_CHARS)
+    if given.errors:
+        return bad_request(given.errors)
+    return _render(request, "try-result", _trial_context(ask))
 
 
 @require_GET
@@ -175,8 +195,11 @@ def answer_edit(request: HttpRequest, pk: int) -> HttpResponse:
     if request.method == "GET":
         form = {name: getattr(answer, name) for name in EDITABLE_FIELDS}
         return _render(request, "edit-row", {"answer": answer, "form": form})
-    values = edit_values(request.POST)
+    given = FormInput(request.POST)
+    values = edit_values(given)
     try:
+        if given.errors:
+            raise ValidationError(given.errors)
         saved = static_answer_update(answer=answer, values=values, actor=request.user)
     except ValidationError as exc:
         errors = exc.message_dict

@@ -17,6 +17,7 @@ from django.views.decorators.http import require_GET, require_POST
 from failover_site.runtime.gateway import get_gateway
 from providers.control.dashboard import control_status
 from providers.engine.breaker import Mode
+from providers.form_input import FormInput
 from providers.models import KillSwitch, Provider
 from providers.services import policy, provider_actions
 
@@ -79,15 +80,15 @@ def kill_switch(request: HttpRequest) -> HttpResponse:
     _status_viewer(request)  # the answer is the panel
     if not request.user.has_perm(KILL_SWITCH_PERMISSION):
         raise PermissionDenied("Flipping the kill switch takes its own permission.")
-    mode = request.POST.get("mode", "")
-    provider_id = request.POST.get("provider", "")
-    provider = (
-        Provider.objects.filter(pk=int(provider_id)).first() if provider_id.isdigit() else None
-    )
+    given = FormInput(request.POST)
+    mode = given.text("mode", max_length=32)
+    provider_id = given.object_id("provider")
+    reason = given.text("reason")
+    provider = Provider.objects.filter(pk=provider_id).first() if provider_id else None
     try:
-        policy.kill_switch_set(
-            mode=mode, provider=provider, reason=request.POST.get("reason", ""), actor=request.user
-        )
+        if given.errors:
+            raise ValidationError(given.errors)
+        policy.kill_switch_set(mode=mode, provider=provider, reason=reason, actor=request.user)
     except ValidationError as exc:
         return _panel(
             request,
