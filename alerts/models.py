@@ -95,6 +95,7 @@ class EventKind(models.TextChoices):
     SENTINEL_DOWN = "sentinel_down", "Sentinel down"
     LEDGER_REJECTED = "ledger_rejected", "Ledger records refused"
     HEALTH = "health", "Provider health (the sentinel's verdict)"
+    ADMIN_LOGIN = "admin_login", "Admin log-ins refused"
     TEST = "test", "Test alert"
 
 

@@ -62,9 +62,12 @@ else:
 
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 # How many reverse proxies stand in front of the serving processes. With 0 the peer's address
-# is the client's (anonymous requests are limited per client address); with N, the address the
-# N-th proxy from here wrote into X-Forwarded-For (anything before it the client can forge).
+# is the client's (anonymous requests are limited per client address); with N, the N-th entry
+# of X-Forwarded-For from the right (anything before it the client can forge), read by the
+# gateway itself (`providers.api.access.client_address`), never by uvicorn.
 TRUSTED_PROXY_HOPS = env.int("TRUSTED_PROXY_HOPS", default=0)
+if TRUSTED_PROXY_HOPS < 0:
+    raise ImproperlyConfigured("TRUSTED_PROXY_HOPS must be 0 or the number of proxies in front.")
 
 # CORS on the API (django-cors-headers, in API_MIDDLEWARE): the origins are the client apps'
 # and the anonymous widget's, from the admin (`failover_site.runtime.wiring`), not settings.
@@ -207,9 +210,6 @@ SECRET_ENV_NAMES = env.list(
     ],
 )
 
-# Background work: Celery on the Redis broker in production. Without a broker the same job
-# functions run inside the serving process.
-CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL)
 # Where each secret variable may be sent (providers/engine/secret_destinations.py): the demo's
 # names to their vendors' hosts; a deployment declares the rest, and may re-declare those, as
 # NAME=host[;host…] entries, comma-separated (a host may be *.domain). A secret goes nowhere
@@ -225,6 +225,9 @@ except ValueError as exc:
     raise ImproperlyConfigured(f"SECRET_DESTINATIONS: {exc}.") from exc
 SECRET_DESTINATIONS_LOOPBACK = DEBUG
 
+# Background work: Celery on the Redis broker in production. Without a broker the same job
+# functions run inside the serving process.
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL)
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
@@ -309,11 +312,17 @@ CONTENT_SECURITY_POLICY = {
     }
 }
 
-# Admin log-in throttle: after this many failed log-ins for one user name, or from one client
-# address, within the window, further attempts are refused for the window's length. Counted in
-# the cache (Redis with REDIS_URL), so it holds across serving processes.
+# Admin log-in throttle (failover_site/admin_login.py): after this many failed log-ins for one
+# user name from one client address, or from one address for any names, within the window, that
+# address is refused (for the name, or for all) for the window's length. A user name failed this
+# many times from every address together raises an alert and gets one failure per address for
+# the rest of the window; the name itself is never locked. Counted in the cache (Redis with
+# REDIS_URL), so it holds across serving processes.
 ADMIN_LOGIN_MAX_FAILURES = env.int("ADMIN_LOGIN_MAX_FAILURES", default=5)
 ADMIN_LOGIN_WINDOW_S = env.int("ADMIN_LOGIN_WINDOW_S", default=15 * 60)
+ADMIN_LOGIN_NAME_ALERT_FAILURES = env.int(
+    "ADMIN_LOGIN_NAME_ALERT_FAILURES", default=10 * ADMIN_LOGIN_MAX_FAILURES
+)
 
 # The addresses (or networks) /readyz names its failing check to; anyone else gets only
 # ready / not ready, since the error text describes the database and Redis.

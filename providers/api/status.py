@@ -1,11 +1,13 @@
 """`GET /api/v1/status`: the live state of every provider, its budgets and the kill switch.
 
 Spend, caps and breaker state are the operator's: the status needs a client key whose app may
-read it, or the session of a staff user signed in to the admin.
+read it, or the session of a staff user signed in to the admin who may see the control room's
+live status (`providers.permissions`, the same rule as its page).
 """
 
 from __future__ import annotations
 
+import enum
 from importlib import import_module
 from typing import Any
 
@@ -27,6 +29,7 @@ from providers.api.common import (
 from providers.engine.breaker import Mode, State
 from providers.engine.config import Snapshot
 from providers.engine.health import DEGRADED, DISABLED, DOWN, HEALTHY, Health, provider_health
+from providers.permissions import status_viewer
 from providers.state.contract import Windows, spend_key
 
 _NUMBER: dict[str, Any] = {"type": "number"}
@@ -188,9 +191,19 @@ async def _status_refusal(request: HttpRequest, snapshot: Snapshot) -> Refusal |
         return None
     session_key = request.COOKIES.get(settings.SESSION_COOKIE_NAME)
     if session_key:
-        signed_in: bool = await run_db(staff_session, session_key)
-        if signed_in:
+        # A database read, for session callers only: a key's caller is judged in memory.
+        session: StaffSession = await run_db(staff_session, session_key)
+        if session is StaffSession.STATUS_VIEWER:
             return None
+        if session is StaffSession.STAFF:
+            return Refusal(
+                ApiError(
+                    403,
+                    "status_not_allowed",
+                    "This admin user may not read the status: it takes the "
+                    '"Can view the live status" permission.',
+                )
+            )
     return Refusal(
         ApiError(
             401,
@@ -201,13 +214,25 @@ async def _status_refusal(request: HttpRequest, snapshot: Snapshot) -> Refusal |
     )
 
 
-def staff_session(session_key: str) -> bool:
-    """Whether the session is a signed-in, active staff user's (as the admin would see it:
-    Django's own checks, a changed password ending the session among them)."""
+class StaffSession(enum.Enum):
+    """Who an admin session is, for the status."""
+
+    NONE = "none"  # not signed in, or not an active staff user
+    STAFF = "staff"  # staff without the live status's permission
+    STATUS_VIEWER = "status_viewer"  # staff who may see the live status
+
+
+def staff_session(session_key: str) -> StaffSession:
+    """Who the session belongs to, as the admin would see it (Django's own checks, a changed
+    password ending the session among them), and whether they may see the live status."""
     holder = HttpRequest()
     holder.session = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
     user = get_user(holder)
-    return bool(user.is_authenticated and user.is_active and user.is_staff)
+    if status_viewer(user):
+        return StaffSession.STATUS_VIEWER
+    if user.is_authenticated and user.is_active and user.is_staff:
+        return StaffSession.STAFF
+    return StaffSession.NONE
 
 
 def _budget_use(budget: Any, spent: float, currency: str) -> dict[str, Any]:

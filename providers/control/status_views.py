@@ -19,9 +19,9 @@ from providers.control.dashboard import control_status
 from providers.engine.breaker import Mode
 from providers.form_input import FormInput
 from providers.models import KillSwitch, Provider
+from providers.permissions import status_viewer
 from providers.services import policy, provider_actions
 
-STATUS_PERMISSION = "providers.view_status"
 KILL_SWITCH_PERMISSION = "providers.flip_kill_switch"
 PROVIDER_PERMISSION = "providers.change_provider"
 PROVIDER_ACTIONS = ("enable", "disable", "up", "down", "reset", "force_open")
@@ -41,13 +41,13 @@ def urls(site: AdminSite) -> list[URLPattern]:
 
 def front_page_context(request: HttpRequest) -> dict[str, Any]:
     """The admin's front page: the live status for those who may see it."""
-    if not request.user.has_perm(STATUS_PERMISSION):
+    if not status_viewer(request.user):
         return {"can_view_status": False}
     return {"can_view_status": True, **status_context(request)}
 
 
 def _status_viewer(request: HttpRequest) -> None:
-    if not request.user.has_perm(STATUS_PERMISSION):
+    if not status_viewer(request.user):
         raise PermissionDenied("The live status takes its own permission.")
 
 

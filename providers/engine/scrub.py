@@ -140,7 +140,7 @@ def _percent_encoded(raw: bytes) -> str:
 @functools.lru_cache(maxsize=32)
 def _pieces(secrets: frozenset[str]) -> frozenset[str]:
     """Every run of `PIECE` characters of each secret's forms, separators taken out."""
-    found = set()
+    found: set[str] = set()
     for secret in secrets:
         for form in secret_forms(secret):
             folded = _SEPARATORS.sub("", form)

@@ -70,3 +70,34 @@ def test_superusers_have_it(client, local):
     )
     assert client.get(PANEL).status_code == 200
     assert b'id="status-panel"' in client.get("/admin/").content
+
+
+# The same permission guards GET /api/v1/status for a caller signed in to the admin. The
+# endpoint reads the session on a thread of its own and releases the connection as a request
+# does: these tests commit their rows.
+STATUS_API = "/api/v1/status"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_staff_without_it_get_403_from_the_status_api(client, local):
+    client.force_login(make_user(perms=("providers.view_provider",)))
+    response = client.get(STATUS_API)
+    assert response.status_code == 403
+    assert response.json()["error"]["code"] == "status_not_allowed"
+    assert "providers" not in response.json()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_staff_with_it_read_the_status_api(client, local):
+    client.force_login(make_user(perms=("providers.view_status",)))
+    response = client.get(STATUS_API)
+    assert response.status_code == 200
+    assert [p["name"] for p in response.json()["providers"]] == ["ollama-local"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_superusers_read_the_status_api(client, local):
+    client.force_login(
+        get_user_model().objects.create_superuser("root", "root@example.com", "a-long-password-9")
+    )
+    assert client.get(STATUS_API).status_code == 200

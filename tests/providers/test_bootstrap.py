@@ -2,6 +2,12 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import secrets
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -12,6 +18,8 @@ from providers.models import ChangeAction, ConfigChange, FailoverPolicy, Provide
 from providers.services.seeding import DEFAULT_ANSWERS_FILE
 
 pytestmark = pytest.mark.django_db
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _bootstrap(*args: str) -> str:
@@ -54,8 +62,9 @@ class TestStaticAnswersShipped:
 class TestDemoConfiguration:
     @pytest.fixture(autouse=True)
     def _embedded(self, settings):
-        # The embedded mode's state, on whichever database this pass runs.
-        settings.STATE_BACKEND, settings.REDIS_URL = "memory", ""
+        # The embedded mode, on whichever database this pass runs (the test runner turns DEBUG
+        # off; a serving process's DEBUG is the environment's).
+        settings.DEBUG, settings.STATE_BACKEND, settings.REDIS_URL = True, "memory", ""
 
     def test_it_loads_an_ollama_primary_an_openai_secondary_and_a_disabled_anthropic(self):
         _bootstrap("--demo")
@@ -103,3 +112,52 @@ class TestDemoConfiguration:
             _bootstrap("--demo")
         assert not Provider.objects.exists()
         assert not get_user_model().objects.exists()
+
+    def test_it_refuses_in_a_production_deployment_before_writing_anything(self, settings):
+        settings.DEBUG = False
+        with pytest.raises(CommandError, match="production deployment"):
+            _bootstrap("--demo")
+        assert not FailoverPolicy.objects.exists()
+        assert not StaticAnswer.objects.exists()
+        assert not get_user_model().objects.exists()
+
+
+def _production_env(data_dir: Path) -> dict[str, str]:
+    """What a production deployment sets (README, "Running in production"), on a SQLite file of
+    its own: nothing here reaches this pass's database or Redis."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in {"DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL"}
+    }
+    env.update(
+        ENV_FILE="",
+        DEBUG="false",
+        SECRET_KEY=secrets.token_urlsafe(50),
+        ALLOWED_HOSTS="gateway.example.com",
+        DATA_DIR=str(data_dir),
+    )
+    return env
+
+
+@pytest.mark.backend_free
+def test_demo_in_a_production_deployment_refuses_in_one_line_and_writes_nothing(tmp_path):
+    env = _production_env(tmp_path)
+    manage = [sys.executable, "manage.py"]
+    subprocess.run(
+        [*manage, "migrate", "--noinput", "-v", "0"],
+        cwd=ROOT, env=env, check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    done = subprocess.run(
+        [*manage, "bootstrap", "--demo"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith("CommandError: bootstrap --demo is for the embedded mode only")
+    assert "production deployment (DEBUG=false)" in line
+    assert done.stdout == ""
+    with sqlite3.connect(tmp_path / "failover.sqlite3") as database:
+        for table in ("providers_failoverpolicy", "providers_staticanswer", "auth_user"):
+            assert database.execute(f"SELECT count(*) FROM {table}").fetchone() == (0,), table

@@ -518,18 +518,27 @@ async def test_the_status_answers_a_key_that_may_read_it(api, gateway):
     assert [p["name"] for p in response.json()["providers"]] == ["ollama-local", "openai-cloud"]
 
 
-def _session_cookie(*, staff: bool) -> str:
+def _session_cookie(*, staff: bool, perms: tuple[str, ...] = ()) -> str:
     """A signed-in admin session, as the browser holds it after logging in."""
     client = Client()
-    client.force_login(make_user(staff=staff))
+    client.force_login(make_user(staff=staff, perms=perms))
     return f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
 
 
-async def test_the_status_answers_a_staff_users_admin_session(api, gateway):
-    cookie = await sync_to_async(_session_cookie)(staff=True)
+async def test_the_status_answers_the_session_of_staff_who_may_see_the_live_status(api, gateway):
+    cookie = await sync_to_async(_session_cookie)(staff=True, perms=("providers.view_status",))
     response = await keyless(api).get(STATUS, headers={"Cookie": cookie})
     assert response.status_code == 200
     assert "providers" in response.json()
+
+
+async def test_the_status_refuses_the_session_of_staff_without_the_live_status_permission(
+    api, gateway
+):
+    cookie = await sync_to_async(_session_cookie)(staff=True)
+    response = await keyless(api).get(STATUS, headers={"Cookie": cookie})
+    assert response.status_code == 403
+    assert response.json()["error"]["code"] == "status_not_allowed"
 
 
 async def test_the_status_refuses_a_session_that_is_not_staff_or_not_signed_in(api, gateway):

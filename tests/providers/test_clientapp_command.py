@@ -175,8 +175,9 @@ class TestRevoke:
 class TestDemoClient:
     @pytest.fixture(autouse=True)
     def _embedded(self, settings):
-        # The demo set-up runs in the embedded mode only, on whichever database this pass runs.
-        settings.STATE_BACKEND, settings.REDIS_URL = "memory", ""
+        # The demo set-up runs in the embedded mode only, on whichever database this pass runs
+        # (the test runner turns DEBUG off; a serving process's DEBUG is the environment's).
+        settings.DEBUG, settings.STATE_BACKEND, settings.REDIS_URL = True, "memory", ""
 
     def test_the_demo_set_up_makes_its_client_app_once_and_prints_its_key_once(self):
         first = _run("bootstrap", "--demo")

@@ -28,6 +28,23 @@ DEMO_CLIENT: dict[str, Any] = {
 }
 
 
+def _not_embedded() -> str:
+    """Why this is no embedded mode, in one line; "" when it is one. Embedded is DEBUG on (the
+    demo's Ollama on 127.0.0.1 is allowed, a generated password printed is no production secret)
+    and the shared state in this process (no REDIS_URL: one process, not a cluster). The
+    database doesn't matter: a developer's own PostgreSQL is still embedded."""
+    if not settings.DEBUG:
+        where = "this is a production deployment (DEBUG=false)"
+    elif settings.STATE_BACKEND != "memory":
+        where = "this deployment shares its state through REDIS_URL"
+    else:
+        return ""
+    return (
+        f"bootstrap --demo is for the embedded mode only and {where}: run bootstrap without "
+        "--demo, create the admin user with createsuperuser and add the providers in the admin."
+    )
+
+
 class Command(BaseCommand):
     help = "Load the failover policy, the shipped static answers and (with --demo) the demo set-up."
 
@@ -35,23 +52,22 @@ class Command(BaseCommand):
         parser.add_argument(
             "--demo",
             action="store_true",
-            help="Embedded mode only (no REDIS_URL): load the demo providers and budgets, and "
-            "create an admin user with a generated password (printed once) if there is no "
-            "superuser.",
+            help="Embedded mode only (DEBUG on, no REDIS_URL): load the demo providers and "
+            "budgets, and create an admin user with a generated password (printed once) if "
+            "there is no superuser.",
         )
 
     def handle(self, *args: Any, demo: bool, **options: Any) -> None:
+        if demo:
+            refusal = _not_embedded()
+            if refusal:
+                raise CommandError(refusal)  # before anything is written
         policy_get()
         added = static_answers_load_defaults()
         if added:
             self.stdout.write(f"Loaded {added} static answers.")
         if not demo:
             return
-        if settings.STATE_BACKEND != "memory":
-            raise CommandError(
-                "--demo is for the embedded mode (no REDIS_URL); "
-                "configure production providers in the admin instead."
-            )
         if demo_configuration_load():
             self.stdout.write("Loaded the demo configuration (providers and budgets).")
         self._ensure_admin_user()
