@@ -12,6 +12,8 @@ TEST_REDIS_URL ?= redis://127.0.0.1:6379/13
 PYTEST_ARGS ?=
 # Debian's Chromium, for the control room's browser tests (never a downloaded browser).
 CHROMIUM ?= /usr/bin/chromium
+# Debian's nginx, for the tests that put it in front of the gateway (they run their own).
+NGINX ?= /usr/sbin/nginx
 
 .PHONY: run test test-embedded test-services check lint format typecheck install clean
 
@@ -34,7 +36,9 @@ run: $(VENV)/.installed
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py bootstrap --demo
 	@echo "Serving on http://$(HOST):$(PORT)/  (admin: http://$(HOST):$(PORT)/admin/)"
-	$(BIN)/uvicorn failover_site.asgi:application --host $(HOST) --port $(PORT) --lifespan on
+# --no-proxy-headers: the gateway reads X-Forwarded-For itself, as TRUSTED_PROXY_HOPS says.
+	$(BIN)/uvicorn failover_site.asgi:application --host $(HOST) --port $(PORT) --lifespan on \
+		--no-proxy-headers
 
 ## test: the whole suite, embedded (SQLite, in-process state) then on PostgreSQL + Redis
 test: test-embedded test-services
@@ -48,13 +52,27 @@ $(CHROMIUM):
 		(apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null); \
 	else echo "No $(CHROMIUM) (apt-get install chromium): the browser tests will skip"; fi
 
-test-embedded: $(VENV)/.installed $(CHROMIUM)
+# The same for nginx. Its package would start its own service on port 80: a policy-rc.d that
+# refuses (unless one is there already) keeps it from starting, and it is left disabled.
+$(NGINX):
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "Installing Debian's nginx for the tests behind it (its service left stopped)"; \
+		guard=; if [ ! -e /usr/sbin/policy-rc.d ]; then guard=1; \
+			printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; fi; \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q nginx >/dev/null 2>&1 || \
+		(apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nginx >/dev/null); \
+		status=$$?; if [ -n "$$guard" ]; then rm -f /usr/sbin/policy-rc.d; fi; \
+		if command -v systemctl >/dev/null; then systemctl disable nginx >/dev/null 2>&1; fi; \
+		update-rc.d nginx disable >/dev/null 2>&1; exit $$status; \
+	else echo "No $(NGINX) (apt-get install nginx): the tests behind nginx will skip"; fi
+
+test-embedded: $(VENV)/.installed $(CHROMIUM) $(NGINX)
 	env -u DATABASE_URL -u REDIS_URL -u CELERY_BROKER_URL ENV_FILE= DEBUG=true \
 		$(BIN)/pytest -m "not services" $(PYTEST_ARGS)
 
 # Set REQUIRE_SERVICES=1 (CI does) to fail instead of skipping when the services are down, and
 # to fail any test that skips.
-test-services: $(VENV)/.installed $(CHROMIUM)
+test-services: $(VENV)/.installed $(CHROMIUM) $(NGINX)
 	ENV_FILE= DEBUG=true DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) \
 		FAILOVER_TEST_PASS=services FAILOVER_REQUIRE_SERVICES=$(REQUIRE_SERVICES) \
 		$(BIN)/pytest -m "not backend_free" $(PYTEST_ARGS)

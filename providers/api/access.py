@@ -10,8 +10,11 @@ with Retry-After at a rate limit.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
+import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest
@@ -23,7 +26,13 @@ from providers.engine.rate import Limits, Verdict
 from providers.routing.ports import Ports
 from providers.routing.rate_limits import RateTicket, rate_admit
 
+logger = logging.getLogger(__name__)
+
 ANONYMOUS = "anonymous"
+# The caller's address when the gateway can't vouch for one: every such caller shares it (one
+# anonymous rate window, one log-in count) and no allow-list names it.
+UNVERIFIED = "unverified"
+UNKNOWN = "unknown"  # no peer address at all (a Unix socket)
 # A key longer than this is no key of ours: refused before it is hashed.
 MAX_KEY_LENGTH = 200
 
@@ -58,15 +67,113 @@ def presented_key(request: HttpRequest) -> str | None:
 
 
 def client_address(request: HttpRequest) -> str:
-    """The caller's address: the peer's, or behind TRUSTED_PROXY_HOPS proxies the entry of
-    X-Forwarded-For the nearest of them wrote (the ones before it, the client can forge)."""
-    hops = settings.TRUSTED_PROXY_HOPS
+    """The caller's address, as the gateway can vouch for it (the anonymous limits, the probes'
+    detail, the metrics' allow-list and the admin's log-in count all take it from here).
+
+    With TRUSTED_PROXY_HOPS=N the N-th entry of X-Forwarded-For from the right: the address
+    the outermost trusted proxy saw (each proxy appends its peer; anything before that the
+    client wrote). Fewer entries than N: the request didn't come through every proxy, and
+    `UNVERIFIED`; no X-Forwarded-For at all: it came straight here, and the peer's address.
+    With N=0 the peer's address. The peer is the ASGI server's `client`, which its own
+    proxy-header handling (uvicorn's, on by default) may have replaced with an entry of the
+    header: such a peer is `UNVERIFIED` too, and the operator is told once (run uvicorn with
+    --no-proxy-headers). What isn't an IP address (with a port or brackets, maybe) is also
+    `UNVERIFIED`: never a pass for an allow-list, nor a fresh rate window per spelling."""
+    meta = request.META
+    forwarded: str = meta.get("HTTP_X_FORWARDED_FOR", "")
+    peer: str = meta.get("REMOTE_ADDR") or ""
+    hops: int = settings.TRUSTED_PROXY_HOPS
+    # A plain substring test first: most requests name no entry that could be the peer.
+    if forwarded and peer and peer in forwarded and _peer_from_header(forwarded, peer, meta):
+        rewritten_peer_reported(hops=hops)
+        if not hops:
+            return UNVERIFIED
     if hops:
-        forwarded = [a.strip() for a in request.headers.get("X-Forwarded-For", "").split(",")]
-        forwarded = [a for a in forwarded if a]
-        if len(forwarded) >= hops:
-            return forwarded[-hops][:64]
-    return str(request.META.get("REMOTE_ADDR") or "unknown")
+        entries = [entry for entry in (part.strip() for part in forwarded.split(",")) if entry]
+        if len(entries) >= hops:
+            return address_parse(entries[-hops]) or UNVERIFIED
+        if entries:
+            return UNVERIFIED
+    if not peer:
+        return UNKNOWN
+    return address_parse(peer) or UNVERIFIED
+
+
+def address_parse(entry: str) -> str | None:
+    """An address as a proxy or the server writes one (`203.0.113.7`, `203.0.113.7:5123`,
+    `2001:db8::7`, `[2001:db8::7]:443`), in its one spelling (an IPv4-mapped IPv6 address as
+    IPv4); None for anything else. A zone (`%eth0`) is dropped: it names an interface of the
+    host that wrote it."""
+    host, _ = _host_port(entry.strip())
+    try:
+        parsed = ipaddress.ip_address(host.partition("%")[0])
+    except ValueError:
+        return None
+    if isinstance(parsed, ipaddress.IPv6Address) and parsed.ipv4_mapped is not None:
+        return str(parsed.ipv4_mapped)
+    return str(parsed)
+
+
+@functools.cache
+def rewritten_peer_reported(*, hops: int) -> None:
+    """Logged once per process (per TRUSTED_PROXY_HOPS): the server took the peer's address
+    from X-Forwarded-For."""
+    if hops:
+        logger.warning(
+            "The server took the client's address from X-Forwarded-For (uvicorn's proxy "
+            "headers): the gateway reads that header itself (TRUSTED_PROXY_HOPS=%s), but the "
+            "server's own view and access log name whatever a client wrote there. Run uvicorn "
+            "with --no-proxy-headers.",
+            hops,
+        )
+        return
+    logger.error(
+        "The server took the client's address from X-Forwarded-For, a header the client "
+        "writes (uvicorn's proxy headers): every such caller counts as one unverified address "
+        "(one anonymous rate window, one log-in count, no allow-list passed). Run uvicorn with "
+        "--no-proxy-headers, and behind a proxy set TRUSTED_PROXY_HOPS to the number of "
+        "proxies in front."
+    )
+
+
+def _peer_from_header(forwarded: str, peer: str, meta: dict[str, Any]) -> bool:
+    """Whether the peer is one of the header's entries, port and all, as uvicorn's
+    ProxyHeadersMiddleware sets it (the entry's host, and its port or 0). A connection's own
+    port is never 0, and a port that matches too is the entry, not a coincidence of hosts."""
+    try:
+        port = int(meta.get("REMOTE_PORT") or 0)
+    except (TypeError, ValueError):
+        port = 0
+    for entry in forwarded.split(","):
+        if peer in entry:
+            host, entry_port = _host_port(entry.strip())
+            if host == peer and port in (0, entry_port):
+                return True
+    return False
+
+
+def _host_port(entry: str) -> tuple[str, int]:
+    """An entry's host and port (0 when it has none), split as uvicorn splits it: what it
+    can't split is all host."""
+    if entry.startswith("["):
+        host, bracket, rest = entry[1:].partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
+            return entry, 0
+        return host, _port(rest[1:]) if rest else 0
+    if entry.count(":") == 1:
+        host, _, port = entry.partition(":")
+        try:
+            return host, int(port)
+        except ValueError:
+            return entry, 0
+    return entry, 0
+
+
+def _port(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        return 0
 
 
 def address_subject(address: str) -> str:
