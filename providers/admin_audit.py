@@ -8,12 +8,18 @@ from typing import Any
 
 from django.contrib import admin
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
-from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db.models import IntegerField, Model, QuerySet
 from django.forms import BaseModelFormSet, ModelForm
 from django.http import HttpRequest, HttpResponse
 
-from providers.form_input import NUL, NUL_REFUSED, bad_request, nul_free, object_ids
+from providers.form_input import (
+    NUL,
+    NUL_REFUSED,
+    bad_request,
+    errors_on_fields,
+    nul_free,
+    object_ids,
+)
 from providers.services.audit import RecordChange, row_save, rows_delete
 
 
@@ -31,14 +37,7 @@ class StrictModelForm(ModelForm):
 
     def add_error(self, field: str | None, error: Any) -> None:
         # Django raises ValueError for an error on a field the form lacks.
-        if field is None and isinstance(error, ValidationError) and hasattr(error, "error_dict"):
-            mapped: dict[str, list[ValidationError]] = {}
-            for name, messages in error.error_dict.items():
-                mapped.setdefault(name if name in self.fields else NON_FIELD_ERRORS, []).extend(
-                    messages
-                )
-            error = ValidationError(mapped)
-        super().add_error(field, error)
+        super().add_error(field, error if field else errors_on_fields(error, self.fields))
 
 
 class StrictModelAdmin(admin.ModelAdmin):

@@ -13,6 +13,7 @@ import re
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
+from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.http import HttpResponse, QueryDict
 
 NUL = "\x00"
@@ -117,3 +118,15 @@ def bad_request(errors: Mapping[str, list[str]]) -> HttpResponse:
     """A 400 naming each refused field, for a view with no form to show them on."""
     lines = [f"{name}: {message}" for name, messages in errors.items() for message in messages]
     return HttpResponse("\n".join(lines) + "\n", status=400, content_type="text/plain")
+
+
+def errors_on_fields(error: Any, fields: Collection[str]) -> Any:
+    """A model's errors as a form can show them: each one on a column the form doesn't hold
+    moved to the form's own errors (Django raises ValueError for an error on a field the form
+    lacks). Anything but a `ValidationError` by field is returned as it is."""
+    if not isinstance(error, ValidationError) or not hasattr(error, "error_dict"):
+        return error
+    mapped: dict[str, list[ValidationError]] = {}
+    for name, messages in error.error_dict.items():
+        mapped.setdefault(name if name in fields else NON_FIELD_ERRORS, []).extend(messages)
+    return ValidationError(mapped)

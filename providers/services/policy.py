@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from django import forms
-from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
+from django.core.exceptions import ValidationError
 from django.db import models, transaction
 
+from providers.form_input import errors_on_fields
 from providers.models import ChangeAction, ConfigChange, FailoverPolicy, KillSwitch, Provider
 from providers.selectors import policy_get
 from providers.services.audit import Actor, config_change_record, instance_snapshot
@@ -84,14 +85,7 @@ class ThresholdsForm(forms.ModelForm):
     def add_error(self, field: str | None, error: Any) -> None:
         # The model's clean() also checks the kill switch, which this form doesn't hold:
         # Django would raise ValueError for an error on a field the form lacks.
-        if field is None and isinstance(error, ValidationError) and hasattr(error, "error_dict"):
-            mapped: dict[str, list[ValidationError]] = {}
-            for name, messages in error.error_dict.items():
-                mapped.setdefault(name if name in self.fields else NON_FIELD_ERRORS, []).extend(
-                    messages
-                )
-            error = ValidationError(mapped)
-        super().add_error(field, error)
+        super().add_error(field, error if field else errors_on_fields(error, self.fields))
 
 
 def threshold_names() -> list[str]:
