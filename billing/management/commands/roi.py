@@ -37,12 +37,12 @@ OPTIONS = {
 }
 HELP = {
     "monthly_tokens": "Tokens a month, input and output together.",
-    "input_share_pct": "The input (prompt) share of the tokens, in %.",
+    "input_share_pct": "The input (prompt) share of the tokens, in %%.",
     "input_price_per_1m": "Cloud price per 1M input tokens, in the quoting currency.",
     "output_price_per_1m": "Cloud price per 1M output tokens, in the quoting currency.",
     "exchange_rate": "Quoting currency → the policy's currency (default 1).",
     "infrastructure_per_month": "Self-hosting's fixed cost a month, in the policy's currency.",
-    "cloud_share_pct": "The share of the tokens a hybrid setup still sends to the cloud, in %.",
+    "cloud_share_pct": "The share of the tokens a hybrid setup still sends to the cloud, in %%.",
     "hardware_cost": "A one-off hardware cost to pay back, in the policy's currency.",
 }
 
