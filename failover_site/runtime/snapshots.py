@@ -22,8 +22,10 @@ from django.db import Error as DatabaseError
 
 from billing.selectors import budget_spend
 from failover_site.runtime.background import run_db
+from failover_site.runtime.key_lookup import KeyLookup
 from providers.aio import LoopLocal, spawn
 from providers.engine.budgets import budget_period
+from providers.engine.clients import Clients
 from providers.engine.clock import Clock
 from providers.engine.config import Snapshot
 from providers.selectors import config_change_high_water, snapshot_build
@@ -78,6 +80,8 @@ class SnapshotHolder:
         # Where the change record stood when the current snapshot was read (embedded mode).
         self._built_at: HighWater | None = None
         self._record_unreadable = False
+        # Keys made since the snapshot was read are found in the database before a refusal.
+        self.keys = KeyLookup(self.clock, on_found=self.refresh_soon)
 
     @property
     def watches_database(self) -> bool:
@@ -91,6 +95,19 @@ class SnapshotHolder:
 
     def mark_stale(self) -> None:
         self._stale = True
+
+    def refresh_soon(self) -> None:
+        """Rebuild in the background now, not at the next poll (the database knew something
+        the snapshot didn't); requests meanwhile go on with the one they have."""
+        self._stale = True
+        state = self._loop_state.get()
+        if state.rebuild is None or state.rebuild.done():
+            state.rebuild = spawn(self._rebuild())
+
+    async def client_find(self, digest: str) -> Clients:
+        """What the database says of a key (by its digest) the current snapshot doesn't know:
+        bounded, see `KeyLookup`; a key found there asks for a new snapshot."""
+        return await self.keys.find(digest, self._snapshot)
 
     def latest(self) -> Snapshot | None:
         """The snapshot requests now route on, without waiting (None before the first), for

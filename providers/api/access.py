@@ -1,11 +1,13 @@
 """Who is calling, and may they: the client key, the origin, the permissions and the rate limit.
 
 Checked before a request is routed, on the snapshot (no SQL): a refused request calls no
-provider and charges no budget. The caller's identity is its key's client app, never a header
-it sets; without a key, a request is anonymous if the policy allows that (a public website
-widget), limited per client address. Refusals: 401 for a missing, unknown or revoked key, 403
-for what the app may not do (an origin, a provider by name, priority "high", the status), 429
-with Retry-After at a rate limit.
+provider and charges no budget. Only a key the snapshot doesn't know is looked up (bounded, by
+its digest, in the runtime) before it is refused, so a key made a moment ago works at once.
+The caller's identity is its key's client app, never a header it sets; without a key, a
+request is anonymous if the policy allows that (a public website widget), limited per client
+address. Refusals: 401 for a missing, unknown or revoked key, 403 for what the app may not do
+(an origin, a provider by name, priority "high", the status), 429 with Retry-After at a rate
+limit.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import functools
 import ipaddress
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +23,7 @@ from django.conf import settings
 from django.http import HttpRequest
 
 from providers.api.json_body import ApiError
-from providers.engine.clients import ClientConfig, key_digest
+from providers.engine.clients import ClientConfig, Clients, key_digest
 from providers.engine.config import Snapshot
 from providers.engine.rate import Limits, Verdict
 from providers.routing.ports import Ports
@@ -35,6 +38,9 @@ UNVERIFIED = "unverified"
 UNKNOWN = "unknown"  # no peer address at all (a Unix socket)
 # A key longer than this is no key of ours: refused before it is hashed.
 MAX_KEY_LENGTH = 200
+
+# What the database says of a key (by its digest) the snapshot doesn't know.
+KeyFind = Callable[[str], Awaitable[Clients]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,7 +205,7 @@ def _unauthorized(code: str, message: str) -> Refusal:
 def identify(request: HttpRequest, snapshot: Snapshot) -> Caller | Refusal:
     """The caller by its key (or anonymous, where the policy allows), and its origin checked."""
     key = presented_key(request)
-    origin = request.META.get("HTTP_ORIGIN", "").rstrip("/").lower()
+    origin = _origin(request)
     policy = snapshot.policy
     if key is None:
         if not policy.anonymous_access:
@@ -218,10 +224,37 @@ def identify(request: HttpRequest, snapshot: Snapshot) -> Caller | Refusal:
             limits=Limits(policy.anonymous_requests_per_minute, policy.anonymous_tokens_per_minute),
             allow_cloud=policy.anonymous_allow_cloud,
         )
-    digest = key_digest(key) if 0 < len(key) <= MAX_KEY_LENGTH else ""
-    app = snapshot.clients.by_digest.get(digest)
+    return _keyed(_digest(key), origin, snapshot.clients)
+
+
+async def identify_or_find(
+    request: HttpRequest, snapshot: Snapshot, find: KeyFind
+) -> Caller | Refusal:
+    """`identify`, with a key the snapshot doesn't know looked up by `find` before it is
+    refused. A key the snapshot knows (or knows to refuse) costs nothing more."""
+    key = presented_key(request)
+    if key is None:
+        return identify(request, snapshot)
+    digest = _digest(key)
+    clients = snapshot.clients
+    if digest and digest not in clients.by_digest and digest not in clients.refused:
+        clients = await find(digest)
+    return _keyed(digest, _origin(request), clients)
+
+
+def _origin(request: HttpRequest) -> str:
+    return request.META.get("HTTP_ORIGIN", "").rstrip("/").lower()
+
+
+def _digest(key: str) -> str:
+    return key_digest(key) if 0 < len(key) <= MAX_KEY_LENGTH else ""
+
+
+def _keyed(digest: str, origin: str, clients: Clients) -> Caller | Refusal:
+    """The caller whose key has this digest (empty: no key of ours), judged by `clients`."""
+    app = clients.by_digest.get(digest)
     if app is None:
-        if digest and digest in snapshot.clients.refused:
+        if digest and digest in clients.refused:
             return _unauthorized("revoked_api_key", "This client key has been revoked or disabled.")
         return _unauthorized("invalid_api_key", "This client key is not valid.")
     if origin and origin not in app.allowed_origins:

@@ -17,7 +17,7 @@ from django.http import HttpRequest, JsonResponse
 
 from failover_site.runtime.background import run_db
 from failover_site.runtime.gateway import get_gateway
-from providers.api.access import Refusal, identify, presented_key
+from providers.api.access import KeyFind, Refusal, identify_or_find, presented_key
 from providers.api.common import (
     ApiError,
     checked_host,
@@ -114,7 +114,7 @@ async def status(request: HttpRequest) -> JsonResponse:
         return error_response(problem)
     gateway = get_gateway()
     snapshot = await gateway.snapshots.current()
-    refusal = await _status_refusal(request, snapshot)
+    refusal = await _status_refusal(request, snapshot, gateway.snapshots.client_find)
     if refusal is not None:
         return refused(refusal, error_response)
     policy = snapshot.policy
@@ -179,9 +179,11 @@ async def status(request: HttpRequest) -> JsonResponse:
     )
 
 
-async def _status_refusal(request: HttpRequest, snapshot: Snapshot) -> Refusal | None:
+async def _status_refusal(
+    request: HttpRequest, snapshot: Snapshot, find: KeyFind
+) -> Refusal | None:
     if presented_key(request) is not None:
-        caller = identify(request, snapshot)
+        caller = await identify_or_find(request, snapshot, find)
         if isinstance(caller, Refusal):
             return caller
         if caller.app is None or not caller.app.can_read_status:
