@@ -1,11 +1,13 @@
 """`POST /v1/embeddings`: OpenAI's embeddings endpoint, routed through the providers that embed.
 
-`model` is "auto" (every provider whose row names an embedding model, by priority, each with
-its first), an embedding model's name (the providers that serve it, by priority) or a
-provider's name (its first embedding model). Each attempt goes through the same admission as a
-chat (breaker, health, budgets, in-flight limit), the same error table, the same ledger.
-No cached or prepared answer stands in for a vector: when no provider answers, a 503 in
-OpenAI's error shape. The gateway asks every upstream for floats and encodes base64 itself.
+`model` is read by `providers.api.models.resolve_model` for embeddings: "auto" (every provider
+whose row names an embedding model, by priority, each with its first), a provider's name (its
+first embedding model) or an embedding model's name (the providers that serve it, by priority);
+never on to another embedding model, whose vectors wouldn't compare. Each attempt goes through
+the same admission as a chat (breaker, health, budgets, in-flight limit), the same error table,
+the same ledger. No cached or prepared answer stands in for a vector: when no provider answers,
+a 503 in OpenAI's error shape. The gateway asks every upstream for floats and encodes base64
+itself.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from django.http import HttpRequest, HttpResponseBase, JsonResponse
 
 from failover_site.runtime.outcomes import record_call
 from providers.adapters.messages import CompletionRequest
-from providers.api.access import permitted
 from providers.api.common import (
     Refusal,
     caller_admitted,
@@ -31,6 +32,7 @@ from providers.api.common import (
 from providers.api.embeddings_request import EmbeddingsBody, parse_embeddings
 from providers.api.fields import JsonSchema
 from providers.api.json_body import ApiError
+from providers.api.models import Purpose, resolve_model
 from providers.api.openai_common import (
     arrived,
     ms_since,
@@ -39,23 +41,6 @@ from providers.api.openai_common import (
     routed_error,
 )
 from providers.api.openai_shapes import FAILOVER_SCHEMA, failover_object
-from providers.engine.config import Snapshot
-
-AUTO_MODEL = "auto"
-
-
-def embedding_group(snapshot: Snapshot, name: str) -> tuple[tuple[str, str], ...] | None:
-    """The (provider, model) entries `name` asks for, by priority; None when no enabled
-    provider embeds with it (a 404: the configuration's answer, not an outage's)."""
-    embedders = [p for p in snapshot.providers if p.embedding_models]
-    by_name = snapshot.provider(name)
-    if name == AUTO_MODEL:
-        group = tuple((p.name, p.embedding_models[0]) for p in embedders)
-    elif by_name is not None:
-        group = ((name, by_name.embedding_models[0]),) if by_name.embedding_models else ()
-    else:
-        group = tuple((p.name, name) for p in embedders if name in p.embedding_models)
-    return group or None
 
 
 @openai_json_errors
@@ -66,22 +51,9 @@ async def embeddings(request: HttpRequest) -> HttpResponseBase:
         return arrival
     gateway, caller, parsed = arrival.gateway, arrival.caller, arrival.parsed
     snapshot = await gateway.snapshots.current()
-    group = embedding_group(snapshot, parsed.model)
-    if group is None:
-        return openai_error(
-            ApiError(
-                404,
-                "model_not_found",
-                f"No provider here embeds with '{parsed.model}': use \"auto\", a provider's "
-                "name or an embedding model one of them serves (a provider row's embedding "
-                "models).",
-                "model",
-            )
-        )
-    for provider, _ in group if parsed.model != AUTO_MODEL else ():
-        refusal = permitted(caller, prefer=provider)
-        if refusal is not None:
-            return refused(refusal, openai_error)
+    choice = resolve_model(caller, snapshot, parsed.model, Purpose.EMBED)
+    if isinstance(choice, ApiError):
+        return openai_error(choice)
     ticket = await caller_admitted(caller, gateway, priority=parsed.priority)
     if isinstance(ticket, Refusal):
         return refused(ticket, openai_error)
@@ -95,8 +67,8 @@ async def embeddings(request: HttpRequest) -> HttpResponseBase:
         ),
         caller,
         ticket,
-        group=group,
-        then_cascade=False,
+        group=choice.group,
+        then_cascade=choice.then_cascade,
     )
     result = await route_safely(routed, gateway)
     record_call(gateway, routed, result, ms_since(started))

@@ -2,9 +2,10 @@
 `providers/api/models.py`).
 
 Existing OpenAI SDKs and tools point their base URL here and gain the cascade unchanged. The
-request is a Chat Completions request; `model` is `auto` (the cascade), a model alias's name
-(its providers and models in turn) or a provider's name (that provider first, then the
-cascade), as `providers.api.models.resolve_model` reads it. Answers come in OpenAI's shapes,
+request is a Chat Completions request; `model` is `auto` (the cascade), a provider's name
+(that provider first, then the cascade), a model alias's name (its providers and models in
+turn) or a model a provider serves (every provider serving it, then the cascade), as
+`providers.api.models.resolve_model` reads it. Answers come in OpenAI's shapes,
 whole or streamed as server-sent events ending with `data: [DONE]`, and errors in OpenAI's
 error shape. The gateway's own fields (`priority`, `task`, `allow_cloud`, `cache`) may ride
 along as extra body fields, and every answer carries the `X-Failover-*` headers.

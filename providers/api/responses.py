@@ -3,9 +3,9 @@
 
 The body (`providers/api/responses_request.py`) becomes the same `CompletionRequest` a Chat
 Completions request does; `model` is read by `providers.api.models.resolve_model`, as there
-(`auto`, a model alias or a provider's name). The answer is a Response object
-(`providers/api/responses_shapes.py`), whole or streamed as typed server-sent events
-(`event: <type>` beside its JSON), errors in OpenAI's error shape, every answer with the
+(`auto`, a provider's name, a model alias or a model a provider serves). The answer is a
+Response object (`providers/api/responses_shapes.py`), whole or streamed as typed server-sent
+events (`event: <type>` beside its JSON), errors in OpenAI's error shape, every answer with the
 `X-Failover-*` headers. Nothing is stored: a response can't be fetched or continued later.
 """
 

@@ -1,9 +1,11 @@
-"""What the platform ships: the 50 static answers and the demo configuration, each loaded once
-per database (a `SEED` change marks it loaded, so what an operator deleted stays deleted)."""
+"""What the platform ships: the 50 static answers, the demo configuration and the demo's model
+aliases, each loaded once per database (a `SEED` change marks it loaded, so what an operator
+deleted stays deleted)."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -11,7 +13,15 @@ from typing import Any
 from django.db import models, transaction
 
 from billing.models import Budget, BudgetPeriod, BudgetScope
-from providers.models import ChangeAction, ConfigChange, Provider, ProviderKind, StaticAnswer
+from providers.models import (
+    AliasEntry,
+    ChangeAction,
+    ConfigChange,
+    ModelAlias,
+    Provider,
+    ProviderKind,
+    StaticAnswer,
+)
 from providers.services.audit import config_change_record, instance_snapshot
 from providers.signals import config_committed_send
 
@@ -145,6 +155,12 @@ def demo_configuration_load() -> bool:
             budget.full_clean()
             budget.save()
             created.append(budget)
+    _demo_rows_recorded(target_type, "demo configuration", created)
+    return True
+
+
+def _demo_rows_recorded(target_type: str, what: str, created: list[models.Model]) -> None:
+    """Each demo row created, on the change record, and the part marked loaded."""
     for row in created:
         config_change_record(
             target=row,
@@ -157,7 +173,56 @@ def demo_configuration_load() -> bool:
         actor_name="system",
         action=ChangeAction.SEED,
         target_type=target_type,
-        target_repr="demo configuration",
+        target_repr=what,
         after={"created": [str(row) for row in created]},
     )
-    return True
+
+
+@dataclass(frozen=True, slots=True)
+class DemoAlias:
+    """A demo model alias: its providers first (each asked for its own model), then the
+    cascade."""
+
+    name: str
+    description: str
+    providers: tuple[str, ...]
+
+
+DEMO_ALIASES = (
+    DemoAlias("fast", "The local model first, then the cascade.", ("ollama-local",)),
+    DemoAlias("smart", "The cloud model first, then the cascade.", ("openai-cloud",)),
+)
+
+
+@transaction.atomic
+def demo_aliases_load() -> list[str]:
+    """Load the demo's model aliases once per database (a database whose demo configuration
+    was loaded before they shipped gains them too); returns the names added.
+
+    An alias whose name is already taken (by an alias or a provider), or none of whose
+    providers is left, is passed over; once loaded, a deleted one stays deleted.
+    """
+    target_type = "providers.demo_aliases"
+    if _seeded(target_type):
+        return []
+    created: list[models.Model] = []
+    for demo in DEMO_ALIASES:
+        by_name = Provider.objects.in_bulk(demo.providers, field_name="name")
+        providers = [by_name[name] for name in demo.providers if name in by_name]
+        taken = (
+            ModelAlias.objects.filter(name=demo.name).exists()
+            or Provider.objects.filter(name=demo.name).exists()
+        )
+        if taken or not providers:
+            continue
+        alias = ModelAlias(name=demo.name, description=demo.description, then_cascade=True)
+        alias.full_clean()
+        alias.save()
+        created.append(alias)
+        for position, provider in enumerate(providers):
+            entry = AliasEntry(alias=alias, provider=provider, position=position)
+            entry.full_clean()
+            entry.save()
+            created.append(entry)
+    _demo_rows_recorded(target_type, "demo model aliases", created)
+    return [row.name for row in created if isinstance(row, ModelAlias)]

@@ -202,8 +202,14 @@ async def test_the_model_list_holds_auto_and_only_what_the_app_may_ask_for(live_
     for key in (TEST_CLIENT_KEY, OTHER_KEY, THIRD_KEY):
         async with sdk(live_url, key) as client:
             listed[key] = [model.id async for model in client.models.list()]
-    assert listed[TEST_CLIENT_KEY] == ["auto", "ollama-local", "openai-cloud"]
-    assert listed[OTHER_KEY] == ["auto", "ollama-local"]
+    assert listed[TEST_CLIENT_KEY] == [
+        "auto",
+        "ollama-local",
+        "openai-cloud",
+        "llama3.1:8b",
+        "gpt-4o-mini",
+    ]
+    assert listed[OTHER_KEY] == ["auto", "ollama-local", "llama3.1:8b"]
     assert listed[THIRD_KEY] == ["auto"]
     async with sdk(live_url, OTHER_KEY + "x") as client:
         with pytest.raises(openai.AuthenticationError):

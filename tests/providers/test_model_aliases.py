@@ -86,7 +86,17 @@ async def test_the_sdk_finds_lists_and_asks_an_alias(live_url, aliases, primary,
         listed = [model.id async for model in client.models.list()]
         completion = await client.chat.completions.create(model="fast", messages=HELLO)
     assert (fast.id, fast.object, fast.owned_by) == ("fast", "model", "failover")
-    assert listed == ["auto", "cloud-only", "fast", "smart", "ollama-local", "openai-cloud"]
+    assert listed == [
+        "auto",
+        "cloud-only",
+        "fast",
+        "smart",
+        "ollama-local",
+        "openai-cloud",
+        "llama3.1:8b",
+        "gpt-4o-mini",
+        "gpt-4o",
+    ]
     # The alias's first entry answers: the secondary, asked for the entry's model.
     assert completion.choices[0].message.content == SECONDARY_TEXT
     assert (primary.calls, secondary.calls) == (0, 1)
@@ -209,7 +219,7 @@ async def test_an_app_may_ask_for_an_alias_it_names_or_whose_providers_it_may(
     await rebuilt(gateway)
     limited = {"Authorization": f"Bearer {LIMITED_KEY}"}
     listed = (await api.get("/v1/models", headers=limited)).json()["data"]
-    assert [model["id"] for model in listed] == ["auto", "smart", "ollama-local"]
+    assert [model["id"] for model in listed] == ["auto", "smart", "ollama-local", "llama3.1:8b"]
     assert (await chat(api, "smart", **limited)).status_code == 200  # named
     refused = await chat(api, "fast", **limited)  # openai-cloud is not the app's to name
     assert (refused.status_code, refused.json()["error"]["code"]) == (403, "model_not_allowed")

@@ -80,7 +80,13 @@ async def test_the_model_list_is_openais_list_of_models(api):
     assert response.status_code == 200
     body = response.json()
     assert_openai("ListModelsResponse", body)
-    assert [model["id"] for model in body["data"]] == ["auto", "ollama-local", "openai-cloud"]
+    assert [model["id"] for model in body["data"]] == [
+        "auto",
+        "ollama-local",
+        "openai-cloud",
+        "llama3.1:8b",
+        "gpt-4o-mini",
+    ]
     for model in body["data"]:
         assert_openai("Model", model)
 

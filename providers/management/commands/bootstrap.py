@@ -1,6 +1,6 @@
 """First-run set-up: the policy row and the 50 static answers, and with --demo the demo
-configuration, an admin user and a client app (its key printed once). Safe to run on every
-start: each part happens once."""
+configuration, its model aliases, an admin user and a client app (its key printed once). Safe
+to run on every start: each part happens once."""
 
 from __future__ import annotations
 
@@ -14,7 +14,11 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from providers.models import ClientApp
 from providers.selectors import policy_get
 from providers.services.client_apps import client_app_create
-from providers.services.seeding import demo_configuration_load, static_answers_load_defaults
+from providers.services.seeding import (
+    demo_aliases_load,
+    demo_configuration_load,
+    static_answers_load_defaults,
+)
 
 # The demo's own frontend: any provider by name, high priority, the status; the usual local
 # development servers' origins.
@@ -52,9 +56,9 @@ class Command(BaseCommand):
         parser.add_argument(
             "--demo",
             action="store_true",
-            help="Embedded mode only (DEBUG on, no REDIS_URL): load the demo providers and "
-            "budgets, and create an admin user with a generated password (printed once) if "
-            "there is no superuser.",
+            help="Embedded mode only (DEBUG on, no REDIS_URL): load the demo providers, "
+            "budgets and model aliases (fast, smart), and create an admin user with a "
+            "generated password (printed once) if there is no superuser.",
         )
 
     def handle(self, *args: Any, demo: bool, **options: Any) -> None:
@@ -70,6 +74,9 @@ class Command(BaseCommand):
             return
         if demo_configuration_load():
             self.stdout.write("Loaded the demo configuration (providers and budgets).")
+        aliases = demo_aliases_load()
+        if aliases:
+            self.stdout.write(f"Loaded the demo's model aliases ({', '.join(aliases)}).")
         self._ensure_admin_user()
         self._ensure_demo_client()
 
