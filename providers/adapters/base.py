@@ -84,6 +84,11 @@ class ProviderAdapter(ABC):
             return "response_format", "its settings say it can't give JSON output"
         return params.refusal(request.options, self.dialect)
 
+    def call_note(self, request: CompletionRequest) -> str:
+        """What the ledger says of how this dialect asked for `request`, where it asked in
+        words of its own ("" when it asked as the request did)."""
+        return ""
+
     async def embed(self, request: CompletionRequest, *, timeout: float) -> Completion:
         """One embedding call for `request.embed` (a Completion whose `embeddings` are the
         vectors, in order); raises ProviderError on any failure."""

@@ -7,6 +7,11 @@ thinking model then answers at once), `options.num_ctx` (its context window; Oll
 default is 4096 tokens) and `keep_alive` when set. A model's thinking is its `reasoning`, never
 the answer's first token. With an API key (ollama.com, or a proxy in front of a server) every
 call carries it as a bearer token.
+
+Ollama has no `tool_choice`. A call forced to one tool (named, or `required` with one tool
+offered) is asked for through `format`, the tool's parameters schema, with the request's tools
+left out: the model's JSON answer is the call's arguments, given back as one call to that tool
+(`tools.forced_by_format`). `required` among several tools can't be held so and is refused.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from typing import Any
 import httpx
 
 from providers.adapters import params, tools
-from providers.adapters.base import ProviderAdapter
+from providers.adapters.base import CUT_OFF, ProviderAdapter
 from providers.adapters.errors import ErrorClass, ProviderError, classify_ollama
 from providers.adapters.messages import (
     HEALTH_PROBE,
@@ -26,6 +31,7 @@ from providers.adapters.messages import (
     HealthResult,
     Piece,
     Reasoning,
+    ToolCall,
     ToolCallDelta,
     token_count,
 )
@@ -88,9 +94,29 @@ class OllamaAdapter(ProviderAdapter):
         return payload
 
     def cannot(self, request: CompletionRequest) -> tuple[str, str] | None:
-        if request.tools and request.tool_choice not in ("", "auto", "none"):
-            return "tool_choice", "Ollama can't be made to call a tool; only to be offered one"
+        forced = tools.forced_by_format(request)
+        if request.tools and request.tool_choice not in ("", "auto", "none") and not forced:
+            why = (
+                f"required leaves the model {len(request.tools)} tools to choose from"
+                if request.tool_choice == "required"
+                else f"{request.tool_choice} is not among the tools"
+            )
+            return (
+                "tool_choice",
+                f"Ollama has no tool_choice; a call is forced through format, one tool's "
+                f"schema, and {why}",
+            )
+        if forced and self.config.tools and not self.config.json_output:
+            return (
+                "tool_choice",
+                "Ollama forces a tool call through format, and its settings say it can't give "
+                "JSON output",
+            )
         return super().cannot(request)
+
+    def call_note(self, request: CompletionRequest) -> str:
+        forced = tools.forced_by_format(request)
+        return f"tool call to {forced} held by format" if forced else ""
 
     async def complete(self, request: CompletionRequest, *, timeout: float) -> Completion:
         body, latency_ms = await self.request_json(
@@ -104,6 +130,9 @@ class OllamaAdapter(ProviderAdapter):
             raise self.malformed("no message") from None
         if not isinstance(thinking, str):
             raise self.malformed("message.thinking is not text")
+        forced = tools.forced_by_format(request)
+        if forced:
+            return self._held_call(request, forced, text, body, latency_ms, thinking)
         calls = tools.ollama_calls(message.get("tool_calls"))
         if calls is None:
             raise self.malformed("message.tool_calls is not a list of calls")
@@ -125,6 +154,42 @@ class OllamaAdapter(ProviderAdapter):
             reasoning=thinking,
         )
 
+    def _held_call(
+        self,
+        request: CompletionRequest,
+        tool: str,
+        text: Any,
+        body: dict[str, Any],
+        latency_ms: float,
+        thinking: str,
+    ) -> Completion:
+        """The answer held by `format` to `tool`'s arguments, as one call to it. An answer cut
+        at its token limit keeps the arguments as far as they came, as OpenAI gives them."""
+        if not isinstance(text, str):
+            raise self.malformed("message.content is not text")
+        finish = str(body.get("done_reason") or "")
+        if not text:
+            self.check_not_empty(request, finish)
+        arguments: str | None = text
+        if finish not in CUT_OFF:
+            arguments = tools.held_arguments(text)
+            if arguments is None:  # it answered, but not what was asked: the next provider
+                raise self._failed(
+                    ErrorClass.NON_COMPLIANT,
+                    f"the arguments held by format for {tool} are not a JSON object",
+                )
+            finish = "tool_calls"
+        return Completion(
+            text="",
+            provider=self.name,
+            tokens_in=token_count(body.get("prompt_eval_count")),
+            tokens_out=token_count(body.get("eval_count")),
+            latency_ms=latency_ms,
+            finish_reason=finish,
+            tool_calls=(ToolCall(tools.new_call_id(), tool, arguments),) if arguments else (),
+            reasoning=thinking,
+        )
+
     def _status_error(self, response: httpx.Response, body: bytes) -> ProviderError:
         """Ollama's error statuses in its own words (`classify_ollama`): a busy server's 503
         cools down, a model lacking a capability asked for is skipped for the request."""
@@ -139,6 +204,9 @@ class OllamaAdapter(ProviderAdapter):
     def stream_request(self, request: CompletionRequest) -> tuple[str, dict[str, Any]]:
         return "/api/chat", self.payload(request, stream=True)
 
+    def stream_started(self, request: CompletionRequest, stream: CompletionStream) -> None:
+        stream.json_tool = tools.forced_by_format(request)  # its content is that call's
+
     def stream_event(self, event: Any, stream: CompletionStream) -> Piece:
         if not isinstance(event, dict):
             raise self.malformed("a stream line is not an object")
@@ -152,28 +220,62 @@ class OllamaAdapter(ProviderAdapter):
         if event.get("done") is True:
             stream.done = True
             stream.finish_reason = str(event.get("done_reason") or "stop")
-            if stream.calls:
+            if stream.calls and not stream.json_tool:  # a call held by format: _held_pieces
                 stream.finish_reason = "tool_calls"
             stream.tokens_in = token_count(event.get("prompt_eval_count"))
             stream.tokens_out = token_count(event.get("eval_count"))
-        calls = tools.ollama_calls(message.get("tool_calls")) if isinstance(message, dict) else ()
-        if calls is None:
-            raise self.malformed("message.tool_calls is not a list of calls")
         # A line's thinking first, then its text, then its calls (each sent whole, in one
         # line: one piece a call); the first is returned, the others are given next.
         pieces: list[Piece] = []
         if thinking and isinstance(thinking, str):
             pieces.append(Reasoning(thinking))
-        if text and isinstance(text, str):
-            pieces.append(text)
-        pieces += [
-            ToolCallDelta(len(stream.calls) + offset, call.id, call.name, call.arguments)
-            for offset, call in enumerate(calls)
-        ]
+        if stream.json_tool:
+            pieces += self._held_pieces(text if isinstance(text, str) else "", stream)
+        else:
+            calls = (
+                tools.ollama_calls(message.get("tool_calls")) if isinstance(message, dict) else ()
+            )
+            if calls is None:
+                raise self.malformed("message.tool_calls is not a list of calls")
+            if text and isinstance(text, str):
+                pieces.append(text)
+            pieces += [
+                ToolCallDelta(len(stream.calls) + offset, call.id, call.name, call.arguments)
+                for offset, call in enumerate(calls)
+            ]
         if not pieces:
             return ""
         stream.queued.extend(pieces[1:])
         return pieces[0]
+
+    def _held_pieces(self, text: str, stream: CompletionStream) -> list[Piece]:
+        """A line of an answer held by `format` to the arguments of `stream.json_tool`: the
+        first text names the call (a piece of its own), then each text adds to its arguments.
+        Text that can't begin a JSON object fails before anything is handed on (non-compliant:
+        the next provider is asked); arguments that are not a JSON object at the end break the
+        stream there (malformed; unless cut at the token limit)."""
+        call = stream.calls.get(0)
+        pieces: list[Piece] = []
+        if call is None:
+            text = text.lstrip()  # what a model may send before the object
+            if text and not text.startswith("{"):
+                raise self._failed(
+                    ErrorClass.NON_COMPLIANT,
+                    f"the answer held by format for {stream.json_tool} is not a JSON object",
+                )
+            if text:
+                pieces.append(ToolCallDelta(0, tools.new_call_id(), stream.json_tool))
+        if text:
+            pieces.append(ToolCallDelta(0, arguments=text))
+        ended = stream.done and stream.finish_reason not in CUT_OFF
+        if ended and (call is not None or text):
+            answered = (call[2] if call is not None else "") + text
+            if tools.held_arguments(answered) is None:
+                raise self.malformed(
+                    f"the arguments held by format for {stream.json_tool} are not a JSON object"
+                )
+            stream.finish_reason = "tool_calls"
+        return pieces
 
     embeds = True
 

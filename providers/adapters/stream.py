@@ -44,7 +44,9 @@ class CompletionStream:
         self.before: list[Reasoning] = []  # thinking that came before the first piece
         self.calls: dict[int, list[str]] = {}  # index → [id, name, arguments so far]
         self.blocks: dict[int, int] = {}  # the dialect's block index → its tool call's index
-        self.json_tool = ""  # Anthropic: the forced tool whose input is the answer's text
+        # The forced tool the dialect turns into or out of text: Anthropic's JSON answer comes
+        # as its input; Ollama's call held by `format` comes as the answer's text.
+        self.json_tool = ""
         # More pieces of the event just read (a chunk with several tool calls), given next.
         self.queued: deque[Piece] = deque()
         self.tokens_in = 0

@@ -4,7 +4,9 @@ tool-call and tool-result turns and output format going up, the model's tool cal
 The request holds them in OpenAI's terms (`messages`); Anthropic carries calls as `tool_use`
 blocks and results as `tool_result` blocks in a user message, and asks for JSON through one
 forced tool whose input is the answer; Ollama takes OpenAI's function shape with arguments as
-objects, results as `tool` messages naming the tool, and JSON as `format`.
+objects, results as `tool` messages naming the tool, and JSON as `format`. Ollama has no
+tool choice: a call forced to one tool is asked for as `format`, that tool's parameters schema,
+whose JSON answer is the call's arguments (`forced_by_format`).
 """
 
 from __future__ import annotations
@@ -199,12 +201,64 @@ def anthropic_messages(turns: tuple[Turn, ...]) -> list[dict[str, Any]]:
 # Ollama ------------------------------------------------------------------------------------
 
 
+# The schema of a tool that takes no parameters, as `format`: any answer but an object is off it.
+EMPTY_OBJECT: dict[str, Any] = {"type": "object", "properties": {}}
+
+
+def forced_by_format(request: CompletionRequest) -> str:
+    """The tool whose call an Ollama provider holds the answer to with `format` ("" when
+    none): the one tool `tool_choice` names, or the only tool offered under `required`.
+    `required` among several tools names none: one schema can't leave the model the choice.
+    The Ollama adapter asks for a call so; the ledger can say so by it."""
+    choice, offered = request.tool_choice, request.tools
+    if not offered or choice in ("", "auto", "none"):
+        return ""
+    if choice == "required":
+        return offered[0].name if len(offered) == 1 else ""
+    return choice if any(tool.name == choice for tool in offered) else ""
+
+
 def add_ollama(payload: dict[str, Any], request: CompletionRequest) -> None:
+    forced = forced_by_format(request)
+    if forced:
+        _hold_to(payload, next(tool for tool in request.tools if tool.name == forced))
+        return
     if request.tools and request.tool_choice != "none":
         payload["tools"] = [openai_tool(tool) for tool in request.tools]
     output = request.output
     if output is not None:
         payload["format"] = "json" if output.kind == "json_object" else output.schema or "json"
+
+
+def _hold_to(payload: dict[str, Any], tool: Tool) -> None:
+    """The call to `tool` asked for as Ollama's structured output: no `tools` (the model answers
+    content, not a call), `format` the tool's parameters, and a system instruction naming the
+    tool with the schema in words, which Ollama's reference advises beside `format`. A request's
+    own `response_format` gives way: its answer is this call, which has no text to shape."""
+    schema = tool.parameters or EMPTY_OBJECT
+    payload["format"] = schema
+    about = f" ({tool.description})" if tool.description else ""
+    instruction = (
+        f"Call the tool {tool.name}{about}: reply with its arguments only, one JSON object "
+        f"matching this JSON schema: {json.dumps(schema, ensure_ascii=False)}"
+    )
+    messages = payload["messages"]
+    if messages and messages[0]["role"] == "system":
+        messages[0] = {**messages[0], "content": f"{messages[0]['content']}\n\n{instruction}"}
+    else:
+        messages.insert(0, {"role": "system", "content": instruction})
+
+
+def held_arguments(text: str) -> str | None:
+    """The arguments an answer held by `format` gave, as compact JSON text; None when the answer
+    is not a JSON object (not the call's arguments, whatever the format asked)."""
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(value, dict):
+        return None
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 def ollama_messages(request: CompletionRequest) -> list[dict[str, Any]]:

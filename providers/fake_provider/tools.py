@@ -8,6 +8,10 @@ ONE call to the tool the choice names (else the first tool), whose arguments are
 structured-output request (OpenAI's `response_format`, Ollama's `format`) is answered with JSON
 text: {"answer": <the configured text>} for plain JSON mode, a minimal instance for a schema.
 
+Ollama's `format` holds the answer to JSON as the real server's grammar does, after a tool's
+result too when no tools are offered; a schema there gets `tool_arguments` when they have its
+shape (what a model fills a tool's schema with, asked for the call through `format`).
+
 Validation follows the real APIs: OpenAI and Anthropic refuse malformed tools, a tool choice
 naming an unknown tool and a tool result answering no earlier tool call; Ollama, lenient like
 the real server, refuses only a malformed shape.
@@ -342,12 +346,13 @@ def _ollama(request: dict[str, Any], config: FakeConfig) -> Plan:
             if isinstance(name, str) and name:
                 names.append(name)
                 schemas.setdefault(name, function.get("parameters"))
+    held = ollama_format(request.get("format"), config)
     trailing = _trailing_tool_messages(request["messages"])
-    if trailing:
+    if trailing and (held is None or names):  # else format holds the answer to a result too
         return _told([_text_of(message.get("content")) for message in trailing])
     if names:
         return ToolCall(names[0], _arguments(config, schemas.get(names[0])))
-    return ollama_format(request.get("format"), config)
+    return held
 
 
 def ollama_format(form: Any, config: FakeConfig) -> Plan:
@@ -357,5 +362,15 @@ def ollama_format(form: Any, config: FakeConfig) -> Plan:
     if form == "json":
         return json_mode_text(config)
     if isinstance(form, dict):
+        if _has_shape(config.tool_arguments, form):  # a call's arguments, held by format
+            return json.dumps(config.tool_arguments, ensure_ascii=False)
         return schema_text(form)
     return _bad(OLLAMA, f'invalid format: "{form}" is not "json" or a valid JSON schema')
+
+
+def _has_shape(value: dict[str, Any] | None, schema: dict[str, Any]) -> bool:
+    """Whether `value` (None: none) has the shape of the object `schema`: its required keys,
+    and no others where it forbids more."""
+    listed = schema.get("properties") if schema.get("additionalProperties") is False else None
+    allowed = listed.keys() if isinstance(listed, dict) else (value or {}).keys()
+    return value is not None and set(schema.get("required") or ()) <= value.keys() <= allowed

@@ -304,18 +304,6 @@ async def test_with_every_provider_down_a_tool_request_gets_a_503_never_a_prepar
     assert plain.status_code == 200 and plain.json()["failover"]["tier"] == "static"
 
 
-async def test_a_forced_tool_choice_passes_ollama_over_for_a_provider_that_can_force_it(
-    api, gateway, primary, secondary
-):
-    forced = {"type": "function", "function": {"name": "get_weather"}}
-    response = await _chat(api, messages=ASK, tools=[WEATHER], tool_choice=forced)
-    assert response.json()["model"] == "openai-cloud"
-    assert secondary.last_request(URL)["body"]["tool_choice"] == forced
-    [record] = await ledger_rows(gateway)
-    assert record.attempts[0]["detail"].startswith("tool_choice: Ollama can't be made")
-    assert primary.calls == 0
-
-
 # The parameter table, from the upstream's side ---------------------------------------------
 
 
