@@ -3,7 +3,8 @@
 `CappedASGIHandler` (the admin, the probes) is Django's own, with the request body capped as it
 arrives (Django's reader spools a body of any size to disk before a view can refuse it) and
 bound to arrive within `REQUEST_BODY_TIMEOUT_S`. `ApiHandler` (the frontends' endpoints) keeps
-every request on the event loop.
+every request on the event loop, and caps each body at its endpoint's limit
+(`providers.api.common.body_limit_for`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from django.urls import set_script_prefix
 
 from failover_site.api_middleware import Handler, api_middleware_load
 from failover_site.body_deadline import BodyTimedOut, within_deadline
-from providers.api.common import MAX_BODY_BYTES, error_response
+from providers.api.common import body_limit_for, body_too_large, error_response
 from providers.api.openai_common import openai_error
 from providers.api.validation import ApiError
 
@@ -34,6 +35,10 @@ class BodyTooLarge(Exception):
     pass
 
 
+def _pages_body_limit() -> int:
+    return int(settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+
+
 def declared_length(scope: dict[str, Any]) -> int:
     for name, value in scope.get("headers", ()):
         if name == b"content-length":
@@ -42,16 +47,17 @@ def declared_length(scope: dict[str, Any]) -> int:
 
 
 class CappedASGIHandler(ASGIHandler):
-    """Django's handler, refusing a body past `body_limit()` with a 413 as soon as it shows, and
-    one still arriving `REQUEST_BODY_TIMEOUT_S` after the headers with a 408. Either way the
-    rest of the body is never read, so the connection is closed after the answer."""
+    """Django's handler, refusing a body past `body_limit()` with a 413 as soon as it shows (a
+    declared length over it before reading anything), and one still arriving
+    `REQUEST_BODY_TIMEOUT_S` after the headers with a 408. Either way the rest of the body is
+    never read, so the connection is closed after the answer."""
 
-    def body_limit(self) -> int:
-        return int(settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+    def body_limit(self, scope: dict[str, Any]) -> int:
+        return _pages_body_limit()
 
     def too_large(self, scope: dict[str, Any]) -> HttpResponseBase:
         return HttpResponse(
-            f"The request body may be at most {self.body_limit()} bytes.\n",
+            f"The request body may be at most {self.body_limit(scope)} bytes.\n",
             status=413,
             content_type="text/plain; charset=utf-8",
         )
@@ -64,29 +70,36 @@ class CappedASGIHandler(ASGIHandler):
         )
 
     async def read_body(self, receive: Any) -> Any:
+        # Django's handle() asks with `receive` alone: the pages' cap is one for every path.
+        return await self.read_capped(receive, _pages_body_limit())
+
+    async def read_capped(self, receive: Any, limit: int) -> io.BytesIO:
         # One deadline for the whole body, not per chunk: a byte a second never ends otherwise.
         return await within_deadline(
-            self._read_capped(receive), timeout_s=settings.REQUEST_BODY_TIMEOUT_S
+            self._read_capped(receive, limit), timeout_s=settings.REQUEST_BODY_TIMEOUT_S
         )
 
-    async def _read_capped(self, receive: Any) -> io.BytesIO:
-        limit = self.body_limit()
-        body = io.BytesIO()
+    async def _read_capped(self, receive: Any, limit: int) -> io.BytesIO:
+        # The chunks joined once at the end, into the bytes the file then shares (no copy):
+        # a view reading it whole gets that same object, so a body is held once, not twice.
+        chunks: list[bytes] = []
+        size = 0
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
                 raise RequestAborted()
-            body.write(message.get("body", b""))
-            if body.tell() > limit:
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
                 raise BodyTooLarge
+            chunks.append(chunk)
             if not message.get("more_body", False):
                 break
-        body.seek(0)
-        return body
+        return io.BytesIO(chunks[0] if len(chunks) == 1 else b"".join(chunks))
 
     async def handle(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         try:
-            if declared_length(scope) > self.body_limit():
+            if declared_length(scope) > self.body_limit(scope):
                 raise BodyTooLarge
             await self.handle_capped(scope, receive, send)
         except BodyTooLarge:
@@ -116,13 +129,11 @@ class ApiHandler(CappedASGIHandler):
     the URL resolver and the view, send the response. Measured in `bench/`.
     """
 
-    def body_limit(self) -> int:
-        return MAX_BODY_BYTES
+    def body_limit(self, scope: dict[str, Any]) -> int:
+        return body_limit_for(scope["path"])
 
     def too_large(self, scope: dict[str, Any]) -> HttpResponseBase:
-        limit = self.body_limit()
-        error = ApiError(413, "body_too_large", f"The body may be at most {limit} bytes.")
-        return _render_for(scope["path"])(error)
+        return _render_for(scope["path"])(body_too_large(scope["path"]))
 
     def too_slow(self, scope: dict[str, Any]) -> HttpResponseBase:
         timeout = settings.REQUEST_BODY_TIMEOUT_S
@@ -150,7 +161,7 @@ class ApiHandler(CappedASGIHandler):
 
     async def handle_capped(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         try:
-            body_file = await self.read_body(receive)
+            body_file = await self.read_capped(receive, self.body_limit(scope))
         except RequestAborted:
             return
         try:

@@ -260,7 +260,7 @@ STATICFILES_DIRS = [BASE_DIR / "static"] if (BASE_DIR / "static").is_dir() else 
 # a reverse proxy serves STATIC_ROOT after `manage.py collectstatic`.
 SERVE_STATIC = env.bool("SERVE_STATIC", default=DEBUG)
 
-# Request bodies: the frontends' endpoint enforces its own limit; this caps everything else.
+# Request bodies: the pages' cap (the admin's). The API's limits, by endpoint, are below.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("DATA_UPLOAD_MAX_MEMORY_SIZE", default=1024 * 1024)
 # Seconds a request's body may take to arrive, from its headers: past it the request is answered
 # 408 and its connection closed, so a client that drips its body, or announces more than it
@@ -268,6 +268,15 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("DATA_UPLOAD_MAX_MEMORY_SIZE", default=102
 REQUEST_BODY_TIMEOUT_S = env.float("REQUEST_BODY_TIMEOUT_S", default=10.0)
 if REQUEST_BODY_TIMEOUT_S <= 0:
     raise ImproperlyConfigured("REQUEST_BODY_TIMEOUT_S must be a number of seconds above 0.")
+# The API's body limits in bytes, by endpoint (providers.api.common.body_limit_for), held to as
+# a body arrives: a long conversation or a full embeddings batch is megabytes, the rest small.
+for _setting in ("BODY_LIMIT_CHAT_BYTES", "BODY_LIMIT_EMBEDDINGS_BYTES", "BODY_LIMIT_API_BYTES"):
+    _size = env.str(_setting, default="1024").strip()
+    if not _size.isdecimal() or int(_size) < 1024:
+        raise ImproperlyConfigured(f"{_setting} must be a whole number of bytes, at least 1024.")
+BODY_LIMIT_CHAT_BYTES = env.int("BODY_LIMIT_CHAT_BYTES", default=4 * 1024 * 1024)
+BODY_LIMIT_EMBEDDINGS_BYTES = env.int("BODY_LIMIT_EMBEDDINGS_BYTES", default=4 * 1024 * 1024)
+BODY_LIMIT_API_BYTES = env.int("BODY_LIMIT_API_BYTES", default=64 * 1024)
 
 # Production hardening, on whenever DEBUG is off; each has a switch for deployments behind a
 # proxy that terminates TLS itself.

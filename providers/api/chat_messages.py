@@ -11,9 +11,11 @@ from providers.api.chat_tools import tool_calls_of, tool_turn
 from providers.api.fields import JsonSchema, invalid
 from providers.api.json_body import ApiError
 
-MAX_MESSAGES = 200
+# As many as an agent's long run holds (OpenAI's arrays take 2,048). A conversation's length has
+# no cap of its own: the body limit bounds it (BODY_LIMIT_CHAT_BYTES), and a conversation longer
+# than every provider's context window is a 400 `context_length_exceeded` before any call.
+MAX_MESSAGES = 2048
 MAX_STOP_SEQUENCES = 4
-MAX_CONVERSATION_CHARS = 60_000
 SYSTEM_ROLES = ("system", "developer")
 ROLES = (*SYSTEM_ROLES, "user", "assistant")
 
@@ -122,10 +124,6 @@ def conversation(messages: Any, body: dict[str, Any]) -> Any:
             turns.append(turn)
     if waiting:
         return _unanswered(None, waiting)
-    if total > MAX_CONVERSATION_CHARS:
-        return invalid(
-            "messages", f"The messages may hold at most {MAX_CONVERSATION_CHARS} characters."
-        )
     if not turns or turns[-1].role not in ("user", "tool"):
         return invalid(
             "messages",

@@ -17,6 +17,7 @@ from providers.api.common import (
     TIERS,
     ApiError,
     Refusal,
+    body_of,
     caller_admitted,
     caller_of,
     checked_envelope,
@@ -80,7 +81,8 @@ async def complete(request: HttpRequest) -> JsonResponse:
     caller = await caller_of(request, gateway)
     if isinstance(caller, Refusal):
         return refused(caller, error_response)
-    parsed = parse_complete(request.body)
+    raw = body_of(request)
+    parsed = raw if isinstance(raw, ApiError) else parse_complete(raw)
     if isinstance(parsed, ApiError):
         return error_response(parsed)
     ticket = await caller_admitted(caller, gateway, priority=parsed.priority)

@@ -20,6 +20,7 @@ from providers.adapters.messages import Piece, ToolCallDelta
 from providers.api.access import Caller
 from providers.api.common import (
     Refusal,
+    body_of,
     caller_of,
     checked_envelope,
     checked_host,
@@ -65,7 +66,8 @@ async def arrived(
     caller = await caller_of(request, gateway)
     if isinstance(caller, Refusal):
         return refused(caller, openai_error)
-    parsed = parse(request.body)
+    raw = body_of(request)
+    parsed = raw if isinstance(raw, ApiError) else parse(raw)
     if isinstance(parsed, ApiError):
         return openai_error(parsed)
     return Arrival(gateway, caller, parsed)

@@ -10,7 +10,6 @@ from typing import Any
 
 from providers.adapters.messages import OutputFormat, Tool, ToolCall, Turn
 from providers.api.chat_messages import (
-    MAX_CONVERSATION_CHARS,
     MAX_MESSAGES,
     ROLES,
     SYSTEM_ROLES,
@@ -57,7 +56,7 @@ OUTPUT_ITEM: JsonSchema = {
 }
 INPUT_SCHEMA: JsonSchema = {
     "anyOf": [
-        {"type": "string", "pattern": NOT_BLANK, "maxLength": MAX_CONVERSATION_CHARS},
+        {"type": "string", "pattern": NOT_BLANK},
         {
             "type": "array",
             "minItems": 1,
@@ -217,11 +216,6 @@ def parse_input(value: Any, body: dict[str, Any]) -> Any:
             return found
         if found is not None:
             system.append(found)
-    total = sum(len(text) for text in system) + sum(
-        len(turn.text) + sum(len(call.arguments) for call in turn.tool_calls) for turn in turns
-    )
-    if total > MAX_CONVERSATION_CHARS:
-        return invalid("input", f"The input may hold at most {MAX_CONVERSATION_CHARS} characters.")
     if not turns or turns[-1].role not in ("user", "tool"):
         return invalid(
             "input", "The last item (after any system ones) must be the user's, or a tool's output."

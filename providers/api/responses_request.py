@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from providers.adapters.messages import CompletionRequest
-from providers.api.chat_messages import MAX_CONVERSATION_CHARS, ROLES
+from providers.api.chat_messages import ROLES
 from providers.api.chat_request import CHAT_FIELDS, unsupported
 from providers.api.fields import (
     Field,
@@ -70,8 +70,8 @@ RESPONSES_FIELDS = (
         "A string (the user's question), or a list of items: messages (roles "
         f"{', '.join(ROLES)}; text or input_text / output_text parts), function_call items and "
         "the function_call_output items that answer them. The last item after any system ones "
-        f"is the user's or a tool's output; all of it holds at most {MAX_CONVERSATION_CHARS} "
-        "characters.",
+        "is the user's or a tool's output; as long as the body limit allows and some "
+        "provider's context window takes.",
         parse=parse_input,
         fragment=INPUT_SCHEMA,
         examples=("What are your opening hours?",),

@@ -242,8 +242,14 @@ async def test_the_model_list_names_auto_and_the_enabled_providers(
     )
     async with sdk(live_url) as client:
         models = [model async for model in client.models.list()]
-    assert [model.id for model in models] == ["auto", "ollama-local", "openai-cloud"]
-    assert [model.owned_by for model in models] == ["failover", "ollama", "openai"]
+    # The disabled provider's gpt-4o-mini is listed once, as openai-cloud's.
+    assert [(model.id, model.owned_by) for model in models] == [
+        ("auto", "failover"),
+        ("ollama-local", "ollama"),
+        ("openai-cloud", "openai"),
+        ("llama3.1:8b", "ollama"),
+        ("gpt-4o-mini", "openai"),
+    ]
     assert {model.object for model in models} == {"model"}
     assert models[1].model_extra["upstream_model"] == "llama3.1:8b"
 
@@ -388,8 +394,8 @@ async def test_a_body_that_is_not_json_typed_is_a_415(api, primary):
     assert primary.calls == 0
 
 
-async def test_a_body_over_64_kib_is_a_413_in_openais_error_shape(api, primary):
-    body = _chat(messages=[{"role": "user", "content": "x" * 70_000}])
+async def test_a_body_over_the_chat_limit_is_a_413_in_openais_error_shape(api, primary):
+    body = _chat(messages=[{"role": "user", "content": "x" * (4 * 1024 * 1024)}])
     response = await api.post(URL, json=body)
     assert response.status_code == 413
     error = response.json()["error"]
@@ -398,7 +404,7 @@ async def test_a_body_over_64_kib_is_a_413_in_openais_error_shape(api, primary):
         None,
         "body_too_large",
     )
-    assert "65536" in error["message"]
+    assert "4194304 bytes (4 MiB) on /v1/chat/completions" in error["message"]
     assert primary.calls == 0
 
 
