@@ -111,7 +111,7 @@ class AlertChannelAdmin(AuditedModelAdmin):
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
         channel = self.get_object(request, unquote(object_id))
-        if channel is None:
+        if not isinstance(channel, AlertChannel):
             raise Http404("No such channel.")
         if not self.has_change_permission(request, channel):
             raise PermissionDenied

@@ -199,6 +199,10 @@ class ClientAppAdmin(AuditedModelAdmin):
                 )
             },
         ),
+        (
+            "When no provider answers",
+            {"fields": (("accept_cached", "accept_static", "accept_degraded"),)},
+        ),
         ("History", {"fields": ("created_at", "updated_at")}),
     )
     actions = ("revoke_keys",)

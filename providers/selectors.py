@@ -120,12 +120,17 @@ def aliases_build(providers: tuple[ProviderConfig, ...]) -> tuple[AliasConfig, .
     return tuple(aliases)
 
 
-def clients_build() -> Clients:
+def clients_build(*, digest: str | None = None) -> Clients:
     """The client apps as the API checks them: the usable ones by key digest, and the digests
-    of the disabled and revoked ones, whose refusal says so."""
+    of the disabled and revoked ones, whose refusal says so. With `digest`, only the app with
+    that key digest (one indexed query; nothing when there is none): a key the snapshot doesn't
+    know yet, judged by the snapshot's own rule."""
     usable: dict[str, ClientConfig] = {}
     refused: set[str] = set()
-    for row in ClientApp.objects.all():
+    rows = (
+        ClientApp.objects.all() if digest is None else ClientApp.objects.filter(key_digest=digest)
+    )
+    for row in rows:
         if not row.usable:
             refused.add(row.key_digest)
             continue
@@ -139,6 +144,7 @@ def clients_build() -> Clients:
             allowed_models=frozenset(lines_of(row.allowed_models)),
             allow_high_priority=row.allow_high_priority,
             can_read_status=row.can_read_status,
+            stand_ins=row.stand_ins,
         )
     return Clients(by_digest=usable, refused=frozenset(refused))
 

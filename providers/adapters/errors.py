@@ -25,6 +25,9 @@ class ErrorClass(StrEnum):
     CLIENT_ERROR = "client_error"  # other HTTP 400/422: the request itself is at fault
     UPSTREAM_REJECTED = "upstream_rejected"  # other 4xx (404 model missing, 405 …): our config
     UNSUPPORTED = "unsupported"  # HTTP 400: the model can't do what was asked (Ollama's tools)
+    # A 2xx answer that ignores what the request required: the forced tool call, the offered
+    # tools, JSON, the strict schema (`routing/compliance.py`).
+    NON_COMPLIANT = "non_compliant"
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +57,8 @@ ERROR_TABLE: dict[ErrorClass, ErrorRule] = {
     ErrorClass.UPSTREAM_REJECTED: ErrorRule(try_next=True, breaker_failure=True),
     # The provider is fine; this request asks its model for what it lacks: skip it this once.
     ErrorClass.UNSUPPORTED: ErrorRule(try_next=True, breaker_failure=False),
+    # A failure on the breaker only if the policy says so (`non_compliant_is_failure`).
+    ErrorClass.NON_COMPLIANT: ErrorRule(try_next=True, breaker_failure=False),
 }
 
 

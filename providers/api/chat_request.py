@@ -17,7 +17,6 @@ from providers.adapters import params
 from providers.adapters.messages import OutputFormat, Tool, Turn
 from providers.api.chat_messages import (
     EMPTY,
-    MAX_CONVERSATION_CHARS,
     MAX_MESSAGES,
     MAX_STOP_SEQUENCES,
     MESSAGE,
@@ -132,20 +131,21 @@ CHAT_FIELDS = (
     Field(
         "model",
         "string",
-        '"auto" (the cascade), a model alias or the name of a provider this key may ask for '
-        "(GET /v1/models lists them): an alias tries its entries in turn; a provider is "
-        "tried first, then the cascade.",
+        '"auto" (the cascade), the name of a provider, a model alias, or a model an enabled '
+        "provider serves (gpt-4o-mini, llama3.1:8b), as far as this key may ask for it (GET "
+        "/v1/models lists them): a provider is tried first, then the cascade; an alias tries "
+        "its entries in turn; a served model, every provider serving it, then the cascade.",
         required=True,
         min_length=1,
-        message="'model' is required: \"auto\" or a provider's name.",
+        message="'model' is required: \"auto\" or a name GET /v1/models lists.",
         examples=("auto",),
     ),
     Field(
         "messages",
         "any",
         f"The conversation: roles {', '.join(ROLES)}; text content or text parts. The last "
-        "message after any system ones is the user's, and not blank; all of them together "
-        f"hold at most {MAX_CONVERSATION_CHARS} characters.",
+        "message after any system ones is the user's, and not blank; as long as the body "
+        "limit allows and some provider's context window takes.",
         parse=conversation,
         fragment={"type": "array", "minItems": 1, "maxItems": MAX_MESSAGES, "items": MESSAGE},
         examples=([{"role": "user", "content": "What are your opening hours?"}],),
@@ -205,7 +205,9 @@ CHAT_FIELDS = (
         "tool_choice",
         "any",
         'none, auto, required, or {"type": "function", "function": {"name": ...}}; with tools '
-        "only. Ollama can't be made to call a tool, so required or a name passes it over.",
+        "only. Ollama is held to one tool's call through format (a name, or required with "
+        "one tool); required among several tools passes it over. An answer that ignores the "
+        "choice goes on to the next provider.",
         parse=parse_tool_choice,
         fragment=TOOL_CHOICE_SCHEMA,
         body_schema={

@@ -15,21 +15,54 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import DisallowedHost
 from django.http import HttpRequest, HttpResponseBase, JsonResponse
 
 from failover_site.runtime.gateway import Gateway
 from failover_site.runtime.outcomes import record_call
 from providers.adapters.messages import CompletionRequest
-from providers.api.access import Caller, Refusal, identify, permitted, rate_checked
+from providers.api.access import Caller, Refusal, identify_or_find, permitted, rate_checked
 from providers.api.validation import ApiError
+from providers.engine.clients import ALL_STAND_INS
 from providers.routing.cascade import RouteRequest, RouteResult, route
 from providers.routing.ports import Runtime
 from providers.routing.rate_limits import RateTicket
 
 logger = logging.getLogger(__name__)
 
-MAX_BODY_BYTES = 64 * 1024
+# The request body limits, by endpoint: a long-context conversation or a full embeddings batch
+# runs to megabytes, anything else the API takes (the frontends' own JSON) is small. Paths not
+# named here (every other /api/ and /v1/ path, a bodiless GET included) get the small one.
+CHAT_PATHS = frozenset({"/v1/chat/completions", "/v1/responses", "/v1/messages"})
+EMBEDDINGS_PATHS = frozenset({"/v1/embeddings"})
+
+
+def body_limit_for(path: str) -> int:
+    """The most bytes a request body may hold on `path` (BODY_LIMIT_*_BYTES): what the API
+    handler holds a body to as it arrives, and `checked_envelope` and `body_of` after it."""
+    if path in CHAT_PATHS:
+        return int(settings.BODY_LIMIT_CHAT_BYTES)
+    if path in EMBEDDINGS_PATHS:
+        return int(settings.BODY_LIMIT_EMBEDDINGS_BYTES)
+    return int(settings.BODY_LIMIT_API_BYTES)
+
+
+def byte_size(count: int) -> str:
+    """A byte count as people write it: 4 MiB, 64 KiB, 1.5 MiB, 1000 bytes."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= size:
+            return f"{round(count / size, 1):g} {unit}"
+    return f"{count} bytes"
+
+
+def body_too_large(path: str) -> ApiError:
+    limit = body_limit_for(path)
+    return ApiError(
+        413,
+        "body_too_large",
+        f"The body may be at most {limit} bytes ({byte_size(limit)}) on {path}.",
+    )
 
 
 def error_response(error: ApiError) -> JsonResponse:
@@ -94,18 +127,34 @@ def checked_envelope(request: HttpRequest) -> ApiError | None:
         return ApiError(
             415, "unsupported_media_type", "Send the body as JSON (Content-Type: application/json)."
         )
+    # A declared length over the limit is refused before the body is read (the API handler
+    # already did; this holds a request built another way to it too).
     length = request.META.get("CONTENT_LENGTH")
-    if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
-        return ApiError(413, "body_too_large", f"The body may be at most {MAX_BODY_BYTES} bytes.")
-    if len(request.body) > MAX_BODY_BYTES:
-        return ApiError(413, "body_too_large", f"The body may be at most {MAX_BODY_BYTES} bytes.")
+    limit = body_limit_for(request.path)
+    if length is not None and (not length.isdigit() or int(length) > limit):
+        return body_too_large(request.path)
     return None
+
+
+def body_of(request: HttpRequest) -> bytes | ApiError:
+    """The request's body, read once, or the 413 past its path's limit.
+
+    Read through the request's file interface, never `request.body`: that refuses anything
+    over DATA_UPLOAD_MAX_MEMORY_SIZE, the pages' cap, and the API's limits are its own. The
+    API handler has held the body to the limit as it arrived (and hands it over in one piece,
+    so this read copies nothing); a request built another way is held to it here, reading at
+    most one byte past it."""
+    limit = body_limit_for(request.path)
+    body = request.read(limit + 1)
+    return body_too_large(request.path) if len(body) > limit else body
 
 
 async def caller_of(request: HttpRequest, gateway: Gateway) -> Caller | Refusal:
     """Who is calling (its key, its origin): checked before the body is read, so a caller
-    without a valid key learns nothing of the API but that. With no configuration to check
-    against (its first read failed), the answer is a 503, never a 500, and on the ledger."""
+    without a valid key learns nothing of the API but that. A key the snapshot doesn't know yet
+    is looked up in the database first (bounded: `failover_site.runtime.key_lookup`). With no
+    configuration to check against (its first read failed), the answer is a 503, never a 500,
+    and on the ledger."""
     try:
         snapshot = await gateway.snapshots.current()
     except Exception:
@@ -118,7 +167,7 @@ async def caller_of(request: HttpRequest, gateway: Gateway) -> Caller | Refusal:
             ApiError(failed.status, failed.error["code"], failed.error["message"]),
             {"X-Request-Id": unrouted.request_id},
         )
-    return identify(request, snapshot)
+    return await identify_or_find(request, snapshot, gateway.snapshots.client_find)
 
 
 def _new_id() -> str:
@@ -172,6 +221,7 @@ def route_request(
         use_cache=parsed.cache,
         sticky_key=parsed.user,
         rate=rate,
+        stand_ins=caller.app.stand_ins if caller.app is not None else ALL_STAND_INS,
         **extra,
     )
 
@@ -207,7 +257,19 @@ FAILOVER_HEADERS: dict[str, dict[str, Any]] = {
         "description": "A cached answer's age, in seconds.",
         "schema": {"type": "string", "pattern": "^[0-9]+$"},
     },
+    "X-Failover-Stand-In": {
+        "description": "On an answer no provider gave: what stood in for it (cached, static or "
+        "degraded, as the client app's stand-ins allow).",
+        "schema": {"enum": ["cached", "static", "degraded"]},
+    },
+    "Retry-After": {
+        "description": "On a 503 no provider answered: seconds until a retry may find one (the "
+        "earliest probe of the breakers that turned the request away).",
+        "schema": {"type": "string", "pattern": "^[0-9]+$"},
+    },
 }
+# What stood in for a provider's answer, by the tier that gave it.
+_STAND_INS = {"cache": "cached", "static": "static", "degraded": "degraded"}
 
 
 def failover_headers(result: RouteResult, request_id: str) -> dict[str, str]:
@@ -218,4 +280,8 @@ def failover_headers(result: RouteResult, request_id: str) -> dict[str, str]:
     }
     if result.cached_age_s is not None:
         headers["X-Failover-Cache-Age"] = str(result.cached_age_s)
+    if result.is_fallback and result.tier in _STAND_INS:
+        headers["X-Failover-Stand-In"] = _STAND_INS[result.tier]
+    if result.retry_after_s is not None:
+        headers["Retry-After"] = str(result.retry_after_s)
     return headers

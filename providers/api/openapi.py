@@ -21,7 +21,8 @@ from failover_site.probes import HEALTHZ_SCHEMA, READYZ_SCHEMA
 from providers.api.chat_request import chat_body_schema
 from providers.api.common import (
     FAILOVER_HEADERS,
-    MAX_BODY_BYTES,
+    body_limit_for,
+    byte_size,
     checked_host,
     error_response,
     json_errors,
@@ -54,12 +55,13 @@ STATUSES = {
     404: "No such model here: use auto or a name GET /v1/models lists.",
     405: "Not the method this endpoint takes.",
     408: "The body didn't arrive within REQUEST_BODY_TIMEOUT_S.",
-    413: f"The body is over {MAX_BODY_BYTES} bytes.",
+    413: "The body is over the endpoint's limit (each operation says which).",
     415: "The body isn't sent as application/json.",
     422: "A provider refused the request as invalid (its reason is in the call record).",
     429: "The app's (or, anonymous, the address's) requests or tokens per minute are used up.",
     503: "The gateway can't route requests now, or no provider could answer a request no "
-    "prepared answer may stand in for: a no-fallback task, a tool call, JSON, an embedding.",
+    "prepared answer may stand in for: a no-fallback task, a tool call, JSON, an embedding, "
+    "or a client app that takes no stand-in. Retry-After says when a retry may find one.",
 }
 REFUSAL_HEADERS = {
     401: {"WWW-Authenticate": ("Bearer, with the gateway's realm.", {"type": "string"})},
@@ -204,7 +206,7 @@ def _paths() -> dict[str, Any]:
         "/v1/models/{model}": {
             "get": _operation(
                 "retrieveModel",
-                "One name this key may give as model: auto, an alias or a provider.",
+                "One name this key may give as model: auto, a provider, an alias, a served model.",
                 "openai",
                 {
                     **_ok("The model.", {JSON: {"schema": _ref("Model")}}),
@@ -283,6 +285,19 @@ def _paths() -> dict[str, Any]:
     }
 
 
+def _with_body_limits(paths: dict[str, Any]) -> dict[str, Any]:
+    """Each operation's 413 names its own limit (`body_limit_for`, from BODY_LIMIT_*_BYTES)."""
+    for path, operations in paths.items():
+        limit = body_limit_for(path)
+        for operation in operations.values():
+            if "413" in operation["responses"]:
+                operation["responses"]["413"]["description"] = (
+                    f"The body is over {limit} bytes ({byte_size(limit)}), this endpoint's "
+                    "limit; a declared Content-Length over it is refused before the body is read."
+                )
+    return paths
+
+
 def _probe_refusals() -> dict[str, Any]:
     # Django's own answer (the probes are served by the full stack): no JSON body.
     return {"405": {"description": STATUSES[405], "headers": _refusal_headers(405)}}
@@ -328,7 +343,7 @@ def openapi_document() -> dict[str, Any]:
             {"name": "openai", "description": "OpenAI-compatible; errors in OpenAI's shape."},
             {"name": "probes", "description": "For load balancers and orchestrators."},
         ],
-        "paths": _paths(),
+        "paths": _with_body_limits(_paths()),
         "components": {
             "schemas": _schemas(),
             "securitySchemes": {

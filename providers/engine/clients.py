@@ -11,11 +11,25 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 KEY_SCHEME = "fgw_"
 PREFIX_LENGTH = 12
 # Model names an app may ask for by name: "*" means any enabled provider's name.
 ANY_MODEL = "*"
+
+
+class StandIn(StrEnum):
+    """What may stand in for a provider's answer when none comes: an answer saved earlier, a
+    prepared static answer, the polite degradation message."""
+
+    CACHED = "cached"
+    STATIC = "static"
+    DEGRADED = "degraded"
+
+
+# A widget's choice (and the anonymous caller's): any stand-in beats an error.
+ALL_STAND_INS: frozenset[StandIn] = frozenset(StandIn)
 
 
 def key_digest(key: str) -> str:
@@ -41,6 +55,8 @@ class ClientConfig:
     allowed_models: frozenset[str] = frozenset()
     allow_high_priority: bool = False
     can_read_status: bool = False
+    # Which stand-ins its clients take for an answer; none (an agent's backend): a 503 instead.
+    stand_ins: frozenset[StandIn] = ALL_STAND_INS
 
     def may_ask_for(self, name: str) -> bool:
         return ANY_MODEL in self.allowed_models or name in self.allowed_models

@@ -113,6 +113,7 @@ class PolicyConfig:
     cooldown_multiplier: float = 2.0
     max_cooldown_s: int = 600
     half_open_probes: int = 3
+    non_compliant_is_failure: bool = False  # an answer that ignores the request: a failure too
     request_deadline_s: float = 30.0
     static_match_threshold: int = 85
     kill_switch: str = "off"

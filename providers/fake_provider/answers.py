@@ -12,6 +12,7 @@ from providers.fake_provider import dialects, embeddings, ollama_extra, tool_rep
 from providers.fake_provider.chat_request import chat_limit, wants_stream
 from providers.fake_provider.config import FakeConfig
 from providers.fake_provider.dialects import ANTHROPIC, OLLAMA, Reply
+from providers.fake_provider.disobey import disobeyed
 
 
 def answer(dialect: str, endpoint: str, config: FakeConfig, request: dict[str, Any]) -> Reply:
@@ -51,7 +52,7 @@ def chat(dialect: str, config: FakeConfig, request: dict[str, Any]) -> Reply:
         system = request.get("system")
         if isinstance(system, str):
             prompt_tokens += len(system.split())
-    planned = tools.plan(dialect, request, config)
+    planned = disobeyed(tools.plan(dialect, request, config), config)
     if isinstance(planned, Reply):
         return planned
     if isinstance(planned, str):

@@ -35,6 +35,10 @@ What the models can do (`tools`, `ollama_extra`, `embeddings`):
 - embedding_models: the models that embed (no other model does).
 - context_length: what /api/show reports, and the limit /api/embed's truncate false enforces.
 - embedding_dimensions: a vector's length when the request names none.
+- disobey: answers that ignore what the request required, as a careless model's do (each only
+  where the request has tools or asks for JSON; `disobey.disobeyed`): "text" answers plain text
+  (no tool call, no JSON), "unknown_tool" calls a tool the request never offered, "off_schema"
+  answers JSON that matches no schema of the request's; "" (the default) obeys.
 
 `jitter_ms` spreads slow's and stall's wait: each call draws it uniformly from delay_ms ±
 jitter_ms (never below 0), so "answers normally take 4-8 s" is delay_ms 6000, jitter_ms 2000.
@@ -79,6 +83,7 @@ MODES = (
     "busy",
 )
 SCOPES = ("chat", "all")
+DISOBEY = ("", "text", "unknown_tool", "off_schema")
 DEFAULT_MODELS = ("llama3.1:8b", "gpt-4o-mini")
 DEFAULT_TEXT = "This is the fake provider's answer to your question."
 # The hang mode's cap: a client without a timeout still gets its connection back eventually.
@@ -123,6 +128,7 @@ class FakeConfig:
     embedding_models: tuple[str, ...] = ()
     context_length: int = DEFAULT_CONTEXT_LENGTH
     embedding_dimensions: int = DEFAULT_EMBEDDING_DIMENSIONS
+    disobey: str = ""
     # The answer split into tokens (words with their leading whitespace): joining the first n
     # gives the answer cut to n tokens, and each one is a stream chunk.
     pieces: tuple[str, ...] = field(init=False, repr=False, compare=False)
@@ -261,6 +267,7 @@ _VALIDATORS = {
     "embedding_models": _model_names,
     "context_length": _int_between(1, 10_000_000),
     "embedding_dimensions": _int_between(1, MAX_EMBEDDING_DIMENSIONS),
+    "disobey": _choice(DISOBEY),
 }
 
 

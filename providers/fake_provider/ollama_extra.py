@@ -21,6 +21,7 @@ from providers.fake_provider import dialects, tool_replies, tools
 from providers.fake_provider.chat_request import chat_limit, wants_stream
 from providers.fake_provider.config import FakeConfig
 from providers.fake_provider.dialects import NDJSON, OLLAMA, Reply, dumps, json_reply
+from providers.fake_provider.disobey import disobeyed
 
 THINKING_TEXT = "Let me think about this."
 _THINK_LEVELS = ("low", "medium", "high", "max")
@@ -75,7 +76,7 @@ def chat(
     thinking = thinks(config, request)
     if isinstance(thinking, Reply):
         return thinking
-    planned = tools.plan(OLLAMA, request, config)
+    planned = disobeyed(tools.plan(OLLAMA, request, config), config)
     if isinstance(planned, Reply):
         return planned
     if isinstance(planned, tools.ToolCall):

@@ -9,7 +9,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.db import models
 
-from providers.engine.clients import ANY_MODEL
+from providers.engine.clients import ANY_MODEL, StandIn
 from providers.models.alias import MODEL_NAME
 
 
@@ -108,6 +108,25 @@ class ClientApp(models.Model):
     can_read_status = models.BooleanField(
         default=False, help_text="Whether this key may read GET /api/v1/status."
     )
+    # The stand-ins its clients take for an answer when no provider gives one. All three for a
+    # widget, where any answer beats an error; none for an agent's backend, which would take
+    # the apology for the model's answer and must get a 503 it can retry instead.
+    accept_cached = models.BooleanField(
+        "takes cached answers",
+        default=True,
+        help_text="When no provider answers: an answer saved earlier for the same question.",
+    )
+    accept_static = models.BooleanField(
+        "takes static answers",
+        default=True,
+        help_text="When no provider answers: the closest of the prepared static answers.",
+    )
+    accept_degraded = models.BooleanField(
+        "takes the degradation message",
+        default=True,
+        help_text="When nothing else answers: the policy's apology. Off for an agent's "
+        "backend, with the two above: it gets a 503 with Retry-After instead.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -121,6 +140,15 @@ class ClientApp(models.Model):
     @property
     def usable(self) -> bool:
         return self.enabled and self.revoked_at is None
+
+    @property
+    def stand_ins(self) -> frozenset[StandIn]:
+        taken = (
+            (StandIn.CACHED, self.accept_cached),
+            (StandIn.STATIC, self.accept_static),
+            (StandIn.DEGRADED, self.accept_degraded),
+        )
+        return frozenset(stand_in for stand_in, accepted in taken if accepted)
 
     def clean(self) -> None:
         unknown = [

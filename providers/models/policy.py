@@ -59,6 +59,7 @@ class FailoverPolicy(BreakerPolicy, MoneyPolicy):
                 ("stuck_multiplier", "stuck_floor_s", "stuck_cap_s"),
                 ("cooldown_s", "cooldown_multiplier", "max_cooldown_s"),
                 "half_open_probes",
+                "non_compliant_is_failure",
             ),
         ),
         (

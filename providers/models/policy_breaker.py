@@ -65,6 +65,16 @@ class BreakerPolicy(models.Model):
     half_open_probes = models.PositiveSmallIntegerField(
         default=3, validators=at_least(1, "Half-open probes")
     )
+    # An answer that ignores what its request required goes on to the next provider either way
+    # (`routing/compliance.py`); whether it also counts against its provider is this.
+    non_compliant_is_failure = models.BooleanField(
+        "a non-compliant answer counts as a failure",
+        default=False,
+        help_text="An answer that ignores what the request required (the forced tool call, a "
+        "tool it offered, JSON, the strict schema) is passed over for the next provider. On: "
+        "it also counts against the provider's breaker. Off: a model that can't follow a "
+        "request isn't taken for a provider that is down.",
+    )
 
     class Meta:
         abstract = True

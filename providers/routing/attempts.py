@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 from providers.adapters.errors import ErrorClass, ProviderError
-from providers.adapters.messages import Completion
+from providers.adapters.messages import Completion, estimate_tokens
 from providers.adapters.stream import CompletionStream
 from providers.engine import breaker
 from providers.engine.breaker import STUCK, Admission, BreakerState
@@ -22,6 +22,7 @@ from providers.engine.config import ProviderConfig
 from providers.engine.health import health_skip
 from providers.engine.scrub import KEPT_LIMIT, scrub_cut, scrubbed_traceback
 from providers.routing.budget_holds import hold, later, release_later, reservation
+from providers.routing.compliance import answer_problem, first_piece_problem
 from providers.routing.settling import call_ended, settle
 from providers.routing.stuck import MovedOn, StuckGuard, stall_counter
 from providers.routing.walk import (
@@ -84,6 +85,8 @@ async def admit(walk: Walk, provider: ProviderConfig) -> Ticket | AttemptResult:
                 return AttemptResult(Attempt(name, "skipped", "probe_rejected"))
     if decision.admission == Admission.REJECT:
         walk.events.extend(decision.events)
+        if state.state == breaker.State.OPEN and state.mode == breaker.Mode.AUTO:
+            walk.note_open(state.open_until)
         return AttemptResult(Attempt(name, "skipped", decision.reason))
 
     holds = reservation(request.completion, provider, budgets, keys, request.priority)
@@ -187,6 +190,7 @@ async def attempt(
     if isinstance(admitted, AttemptResult):
         return admitted
     ticket, ports, name = admitted, walk.ports, provider.name
+    walk.called = True
     adapter = ticket.adapter
     request = ticket.request
     # The time left is measured now, after the bookkeeping, so the call can't overrun it.
@@ -272,8 +276,18 @@ async def attempt(
         call_ended(ports, ticket)
     latency_s = ports.clock.mono() - ticket.started
 
-    if stream is not None:  # settled when it ends (finish_stream)
-        attempt = Attempt(name, "ok", latency_ms=round(latency_s * 1000), model=provider.model)
-        return AttemptResult(attempt, stream=stream, ticket=ticket)
+    if stream is not None:
+        problem = first_piece_problem(request, stream.first)
+        if not problem:  # settled when it ends (finish_stream)
+            attempt = Attempt(name, "ok", latency_ms=round(latency_s * 1000), model=provider.model)
+            return AttemptResult(attempt, stream=stream, ticket=ticket)
+        # Nothing of it is relayed: what it used is counted, and the next provider asked.
+        await stream.aclose()
+        completion = stream.completion(latency_s * 1000, estimate_tokens(request.all_text()))
+        error = ProviderError(ErrorClass.NON_COMPLIANT, problem)
+    elif completion is not None:
+        problem = answer_problem(request, completion)
+        if problem:
+            error = ProviderError(ErrorClass.NON_COMPLIANT, problem)
     attempt, cost = await settle(walk, ticket, completion, error, latency_s, cache=True)
-    return AttemptResult(attempt, completion, error=error, cost=cost)
+    return AttemptResult(attempt, None if error is not None else completion, error=error, cost=cost)

@@ -23,6 +23,7 @@ from providers.adapters.errors import ProviderError
 from providers.adapters.messages import CompletionRequest, ToolCall, context_needed
 from providers.adapters.stream import CompletionStream
 from providers.engine.breaker import BreakerEvent
+from providers.engine.clients import StandIn
 from providers.engine.config import ProviderConfig, Snapshot
 from providers.routing.answer_cache import CachedAnswer, answer_key, cache_read
 from providers.routing.ports import Ports, Runtime
@@ -76,6 +77,7 @@ class RouteResult:
     tokens_estimated: bool = False  # a stream whose upstream sent no usage: counted by estimate
     embeddings: tuple[tuple[float, ...], ...] = ()  # an embedding request's vectors
     error: dict[str, Any] | None = None
+    retry_after_s: int | None = None  # a 503's: when a retry may find a provider to ask
     store_prompt: bool = False  # the policy keeps prompts in the ledger
     # A streamed answer whose first token has arrived: the rest is read by the view, then
     # `finish_stream` settles it. `interrupted` is set when it broke before its end.
@@ -136,6 +138,7 @@ async def _route(request: RouteRequest, snapshot: Snapshot, ports: Ports) -> Rou
     elif (
         walk.cache_key
         and policy.cache_mode == "cost_saver"
+        and StandIn.CACHED in request.stand_ins
         # A provider asked for by name, or a task that takes no fallback, wants a fresh answer.
         and not request.prefer
         and request.task not in policy.no_fallback_tasks
@@ -160,18 +163,7 @@ async def _route(request: RouteRequest, snapshot: Snapshot, ports: Ports) -> Rou
 
     reason = forced_reason or _reason_from(snapshot, attempts) or "no_provider"
     if request.task and request.task in policy.no_fallback_tasks:
-        return RouteResult(
-            text="",
-            tier="none",
-            status=503,
-            reason=reason,
-            error={
-                "code": "providers_unavailable",
-                "message": "No provider could answer, and this task takes no fallback answer.",
-            },
-            attempts=attempts,
-            events=walk.events,
-        )
+        return _unavailable(walk, attempts, reason, "this task takes no fallback answer.")
     return await _fallback(walk, attempts, reason, cache=bool(walk.cache_key))
 
 
@@ -305,34 +297,43 @@ def _none_can(walk: Walk, attempts: list[Attempt]) -> RouteResult:
     )
 
 
+def _unavailable(walk: Walk, attempts: list[Attempt], reason: str, why: str) -> RouteResult:
+    """The 503 of a request nothing may answer, with when a retry may find a provider."""
+    return RouteResult(
+        text="",
+        tier="none",
+        status=503,
+        reason=reason,
+        error={"code": "providers_unavailable", "message": f"No provider could answer, and {why}"},
+        retry_after_s=walk.retry_after_s(),
+        attempts=attempts,
+        events=walk.events,
+    )
+
+
 async def _fallback(
     walk: Walk, attempts: list[Attempt], reason: str, *, cache: bool
 ) -> RouteResult:
-    """No provider answered: the cached answer, the static answer, or the apology. A request
-    whose answer must be a tool call or JSON gets neither of the last two: no prepared text
-    can stand in for it, so it is a 503 the client can retry."""
-    if cache:
+    """No provider answered: the cached answer, the static answer, or the apology, each only
+    if the client app takes it as a stand-in. A request whose answer must be a tool call or
+    JSON gets neither of the last two: no prepared text can stand in for it. Either way the
+    alternative is a 503 the client can retry."""
+    stand_ins = walk.request.stand_ins
+    if cache and StandIn.CACHED in stand_ins:
         hit = await cache_read(walk.ports.store, walk.cache_key)
         if hit is not None:
             return _cached(walk, hit, attempts, reason, fallback=True)
     completion = walk.request.completion
     if completion.embed or completion.uses_tools or completion.output is not None:
-        return RouteResult(
-            text="",
-            tier="none",
-            status=503,
-            reason=reason,
-            error={
-                "code": "providers_unavailable",
-                "message": "No provider could answer, and no prepared answer can stand in for "
-                + _what(completion),
-            },
-            attempts=attempts,
-            events=walk.events,
-        )
+        why = "no prepared answer can stand in for " + _what(completion)
+        return _unavailable(walk, attempts, reason, why)
     policy = walk.policy
     prompt = walk.request.completion.prompt
-    match = walk.snapshot.faq.match(prompt, threshold=policy.static_match_threshold)
+    match = (
+        walk.snapshot.faq.match(prompt, threshold=policy.static_match_threshold)
+        if StandIn.STATIC in stand_ins
+        else None
+    )
     if match is not None:
         return RouteResult(
             text=match.entry.answer,
@@ -344,6 +345,8 @@ async def _fallback(
             attempts=attempts,
             events=walk.events,
         )
+    if StandIn.DEGRADED not in stand_ins:
+        return _unavailable(walk, attempts, reason, "no stand-in this client app takes is at hand.")
     return RouteResult(
         text=policy.degradation_message,
         tier="degraded",

@@ -4,9 +4,10 @@ trip (`settle`), then the breaker moved if the call says so (`breaker_move`, by 
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from decimal import Decimal
 
-from providers.adapters.errors import ERROR_TABLE, ErrorRule, ProviderError
+from providers.adapters.errors import ERROR_TABLE, ErrorClass, ErrorRule, ProviderError
 from providers.adapters.messages import Completion
 from providers.engine import breaker
 from providers.engine.breaker import BreakerState
@@ -43,7 +44,7 @@ async def settle(
     call_ended(ports, ticket)
     store, provider = ports.store, ticket.provider
     name = provider.name
-    rule = ERROR_TABLE[error.error_class] if error is not None else None
+    rule = rule_of(error, policy) if error is not None else None
     outcome = breaker_outcome(error, rule, latency_s)
     cost = Decimal("0")
     spend: tuple[SpendIncrement, ...] = ()
@@ -116,7 +117,11 @@ async def settle(
 
     latency_ms = round(latency_s * 1000)
     if error is None:
-        return Attempt(name, "ok", latency_ms=latency_ms, model=provider.model, cost=cost), cost
+        note = ticket.adapter.call_note(ticket.request)
+        attempt = Attempt(
+            name, "ok", latency_ms=latency_ms, detail=note, model=provider.model, cost=cost
+        )
+        return attempt, cost
     attempt = Attempt(
         name,
         "error",
@@ -155,6 +160,15 @@ async def breaker_move(
     for event in new_events:
         logger.warning("breaker %s %s (%s)", event.provider, event.kind.value, event.reason or "-")
     return new_events
+
+
+def rule_of(error: ProviderError, policy: PolicyConfig) -> ErrorRule:
+    """The error table's rule for a failed call, as the policy reads it: a non-compliant answer
+    counts against the breaker only when the policy says so."""
+    rule = ERROR_TABLE[error.error_class]
+    if error.error_class == ErrorClass.NON_COMPLIANT and policy.non_compliant_is_failure:
+        return replace(rule, breaker_failure=True)
+    return rule
 
 
 def breaker_outcome(

@@ -4,6 +4,7 @@ attempts."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -14,6 +15,7 @@ from providers.adapters.messages import Completion, CompletionRequest
 from providers.adapters.stream import CompletionStream
 from providers.engine.breaker import BreakerEvent, BreakerState
 from providers.engine.budgets import Hold
+from providers.engine.clients import ALL_STAND_INS, StandIn
 from providers.engine.config import BudgetConfig, PolicyConfig, ProviderConfig, Snapshot
 from providers.routing.ports import Ports
 from providers.routing.rate_limits import RateTicket
@@ -44,6 +46,8 @@ class RouteRequest:
     then_cascade: bool = True
     sticky_key: str = ""  # the user or session the weighted strategy keeps on one provider
     rate: RateTicket | None = None  # the caller's place in its rate window, counted with a record
+    # What may stand in when no provider answers (the client app's choice); none: a 503.
+    stand_ins: frozenset[StandIn] = ALL_STAND_INS
 
 
 @dataclass(slots=True)
@@ -84,10 +88,27 @@ class Walk:
     deadline: float
     cache_key: str
     events: list[BreakerEvent]
+    # The earliest wall time an open breaker that turned this request away lets a probe
+    # through (0: none did): what a 503's Retry-After counts down to.
+    probe_at: float = 0.0
+    called: bool = False  # some provider was called (and failed): worth a retry at once
 
     @property
     def policy(self) -> PolicyConfig:
         return self.snapshot.policy
+
+    def note_open(self, open_until: float) -> None:
+        if open_until > 0 and (not self.probe_at or open_until < self.probe_at):
+            self.probe_at = open_until
+
+    def retry_after_s(self) -> int:
+        """Seconds until a retry may find a provider to ask: until the earliest probe of the
+        breakers that turned it away, or 1 when a provider was called (it may answer next
+        time); at least 1, at most the longest cooldown."""
+        if self.called or not self.probe_at:
+            return 1
+        wait = self.probe_at - self.ports.clock.wall()
+        return max(1, min(self.policy.max_cooldown_s, math.ceil(wait)))
 
 
 @dataclass(slots=True)

@@ -686,6 +686,7 @@ class TestControl:
                 "embedding_models": [],
                 "context_length": 8192,
                 "embedding_dimensions": 8,
+                "disobey": "",
                 "tool_models": None,
             }
 

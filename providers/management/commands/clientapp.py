@@ -3,12 +3,14 @@ from the command line, so a deployment can script them. `create` prints the key 
 
 from __future__ import annotations
 
+import argparse
 import json
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from providers.engine.clients import StandIn
 from providers.models import ClientApp
 from providers.models.client_app import lines_of
 from providers.services.client_apps import client_app_create, client_app_revoke
@@ -39,6 +41,15 @@ class Command(BaseCommand):
         )
         create.add_argument("--status", action="store_true", help="May read /api/v1/status.")
         create.add_argument(
+            "--stand-ins",
+            type=_stand_ins,
+            default=frozenset(StandIn),
+            metavar="LIST",
+            help="What may stand in for an answer when no provider gives one: a comma-separated "
+            "list of cached, static, degraded; all (the default, for a widget) or none (for an "
+            "agent's backend: a 503 with Retry-After instead).",
+        )
+        create.add_argument(
             "--json", action="store_true", help="Print the app and its key as JSON."
         )
         listing = actions.add_parser("list", help="The apps, with their key prefixes.")
@@ -59,6 +70,9 @@ class Command(BaseCommand):
             "allow_cloud": not options["no_cloud"],
             "allow_high_priority": options["high_priority"],
             "can_read_status": options["status"],
+            "accept_cached": StandIn.CACHED in options["stand_ins"],
+            "accept_static": StandIn.STATIC in options["stand_ins"],
+            "accept_degraded": StandIn.DEGRADED in options["stand_ins"],
         }
         if options["rpm"] is not None:
             values["requests_per_minute"] = options["rpm"]
@@ -109,7 +123,24 @@ def _row(app: ClientApp) -> dict[str, Any]:
         "allowed_models": lines_of(app.allowed_models),
         "allow_high_priority": app.allow_high_priority,
         "can_read_status": app.can_read_status,
+        "stand_ins": sorted(app.stand_ins),
     }
+
+
+def _stand_ins(value: str) -> frozenset[StandIn]:
+    """`--stand-ins`: all, none, or stand-ins by name, comma-separated."""
+    words = {word.strip().lower() for word in value.split(",") if word.strip()}
+    if words == {"all"}:
+        return frozenset(StandIn)
+    if words == {"none"}:
+        return frozenset()
+    unknown = sorted(words - {stand_in.value for stand_in in StandIn})
+    if unknown or not words:
+        raise argparse.ArgumentTypeError(
+            f"{', '.join(unknown) or 'nothing'}: write all, none, or some of "
+            "cached, static, degraded"
+        )
+    return frozenset(StandIn(word) for word in words)
 
 
 def _messages(exc: ValidationError) -> list[str]:
