@@ -24,7 +24,7 @@ from failover_site.runtime.outcomes import record_call
 from providers.adapters.messages import CompletionRequest
 from providers.api.access import Caller, Refusal, identify_or_find, permitted, rate_checked
 from providers.api.validation import ApiError
-from providers.engine.clients import ALL_STAND_INS
+from providers.engine.clients import ALL_STAND_INS, StandIn
 from providers.routing.cascade import RouteRequest, RouteResult, route
 from providers.routing.ports import Runtime
 from providers.routing.rate_limits import RateTicket
@@ -260,7 +260,7 @@ FAILOVER_HEADERS: dict[str, dict[str, Any]] = {
     "X-Failover-Stand-In": {
         "description": "On an answer no provider gave: what stood in for it (cached, static or "
         "degraded, as the client app's stand-ins allow).",
-        "schema": {"enum": ["cached", "static", "degraded"]},
+        "schema": {"enum": [stand_in.value for stand_in in StandIn]},
     },
     "Retry-After": {
         "description": "On a 503 no provider answered: seconds until a retry may find one (the "
@@ -269,7 +269,7 @@ FAILOVER_HEADERS: dict[str, dict[str, Any]] = {
     },
 }
 # What stood in for a provider's answer, by the tier that gave it.
-_STAND_INS = {"cache": "cached", "static": "static", "degraded": "degraded"}
+_STAND_INS = {"cache": StandIn.CACHED, "static": StandIn.STATIC, "degraded": StandIn.DEGRADED}
 
 
 def failover_headers(result: RouteResult, request_id: str) -> dict[str, str]:
@@ -281,7 +281,7 @@ def failover_headers(result: RouteResult, request_id: str) -> dict[str, str]:
     if result.cached_age_s is not None:
         headers["X-Failover-Cache-Age"] = str(result.cached_age_s)
     if result.is_fallback and result.tier in _STAND_INS:
-        headers["X-Failover-Stand-In"] = _STAND_INS[result.tier]
+        headers["X-Failover-Stand-In"] = _STAND_INS[result.tier].value
     if result.retry_after_s is not None:
         headers["Retry-After"] = str(result.retry_after_s)
     return headers
