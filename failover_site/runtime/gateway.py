@@ -19,6 +19,7 @@ from providers.engine.breaker import BreakerEvent
 from providers.engine.clock import Clock
 from providers.routing.breaker_watch import StuckWatch
 from providers.routing.in_flight import InFlight
+from providers.routing.outage_watch import LoadingWatch, Trickle
 from providers.routing.ports import Ports
 from providers.routing.readings import Readings
 from providers.state.contract import StateStore
@@ -49,6 +50,8 @@ class Gateway:
         self.snapshots = SnapshotHolder(store, self.clock, on_change=self.readings.clear)
         self.in_flight = InFlight()
         self.stuck = StuckWatch()  # the breakers as last heard, the providers' latencies
+        self.loading = LoadingWatch()  # whether a model is loading, asked at a call's bound
+        self.trickle = Trickle()  # the one call at a time while every breaker is open
         self.ledger = ledger or LedgerWriter()
 
     @property
@@ -61,6 +64,8 @@ class Gateway:
             readings=self.readings,
             in_flight=self.in_flight,
             stuck=self.stuck,
+            loading=self.loading,
+            trickle=self.trickle,
             note_events=_note_events,
         )
 

@@ -69,6 +69,13 @@ async def sentinel_job(gateway: Gateway) -> object:
     return found
 
 
+async def recovery_job(gateway: Gateway) -> None:
+    """The probes of each open breaker the moment its cooldown ends (this ticks every
+    second), not on the sentinel's next run: after an outage, the first provider back serves
+    within a second of its cooldown, with or without traffic."""
+    await events_record(await probe_idle_breakers(gateway))
+
+
 async def keepalive_job(gateway: Gateway) -> object:
     return await keepalive_tick(gateway, on_move=verdict_alert)
 
@@ -130,16 +137,23 @@ class Periodic:
     every_s: float
 
 
+# The probes at a cooldown's end: every serving process, whichever scheduler (a beat schedule
+# of one second would be a task a second on the broker); the breaker's versioned transition and
+# probe slots keep several processes to one round.
+RECOVERY = Periodic("recovery", recovery_job, 1.0)
+
 # What runs on a schedule. The sentinel and the keepalive take a shared lock for their own
 # interval (the policy's), so ticking more often than that costs one Redis command.
 PERIODIC = (
+    RECOVERY,
     Periodic("sentinel", sentinel_job, 5.0),
     Periodic("keepalive", keepalive_job, 30.0),
     Periodic("watchdog", watchdog_job, 30.0),
     Periodic("housekeeping", housekeeping_job, HOUSEKEEPING_EVERY_S),
 )
 # With Celery, what a serving process still runs itself: the watch on the sentinel (an alert
-# that the workers have stopped can't come from them).
+# that the workers have stopped can't come from them), and the probes at a cooldown's end (a
+# beat schedule of one second would be a task a second on the broker).
 SENTINEL_WATCH = Periodic("sentinel_watch", sentinel_watch_job, 30.0)
 
 # One-off jobs, by name: sync, run with positional arguments.

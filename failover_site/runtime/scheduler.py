@@ -134,8 +134,9 @@ class InProcessScheduler:
 
 
 def serving_process_jobs() -> tuple[Periodic, ...]:
-    """What a serving process runs itself: everything in the in-process mode; with Celery, only
-    the watch on the sentinel (an alert that the workers have stopped can't come from them)."""
+    """What a serving process runs itself: everything in the in-process mode; with Celery, the
+    watch on the sentinel (an alert that the workers have stopped can't come from them) and
+    the probes at each cooldown's end."""
     if not uses_celery():
         return jobs.PERIODIC
-    return (jobs.SENTINEL_WATCH,)
+    return (jobs.SENTINEL_WATCH, jobs.RECOVERY)

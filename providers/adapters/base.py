@@ -123,6 +123,12 @@ class ProviderAdapter(ABC):
         """What is wrong with the model list `body` for the configured model ("" if nothing)."""
         return ""
 
+    async def model_loading(self, *, timeout: float) -> bool:
+        """Whether the configured model is loading: its server answers within `timeout` and
+        doesn't hold the model in memory yet. Only a self-hosted server can say; a cloud API
+        never loads (False)."""
+        return False
+
     async def health_levels(self, path: str, *, timeout: float, inference: bool) -> HealthResult:
         """The levels in turn within `timeout` overall: `path` (the model list) answers,
         `model_problem` finds nothing in it, and with `inference` a one-token completion

@@ -169,6 +169,9 @@ class Completion:
     reasoning: str = ""  # the model's thinking before its answer, when it gave it
     tokens_estimated: bool = False  # the counts are the gateway's estimate, not the provider's
     embeddings: tuple[tuple[float, ...], ...] = ()  # an embedding request's vectors, in order
+    # Of its latency, the time the provider spent loading the model first (Ollama's
+    # load_duration): a model loading isn't a slow provider.
+    load_s: float = 0.0
 
 
 class HealthLevel(StrEnum):
@@ -189,6 +192,9 @@ class HealthResult:
     detail: str = ""
     error_class: ErrorClass | None = None
     level: HealthLevel | None = None
+    # The model is loading (a self-hosted server answers, the model isn't in memory yet and
+    # the one-token answer is still on its way): a good result, with a verdict of its own.
+    loading: bool = False
 
 
 # The inference level's question: one token of answer is all it needs to see.

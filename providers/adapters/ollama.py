@@ -1,6 +1,8 @@
 """Ollama's native API: `POST /api/chat` (whole, or streamed as one JSON object a line) and
 `GET /api/tags`. Its health check has all three levels: the tags answer, the model is pulled, a
-one-token chat (`options.num_predict: 1`, not streamed) answers.
+one-token chat (`options.num_predict: 1`, not streamed) answers; `GET /api/ps` (the models held
+in memory) tells a model that is loading from one that is wedged. An answer's `load_duration`
+(the time it spent loading the model) is kept apart from its latency (`Completion.load_s`).
 
 Every chat carries what the provider's row says of the model: `think` (off by default: a
 thinking model then answers at once), `options.num_ctx` (its context window; Ollama's own
@@ -17,6 +19,8 @@ left out: the model's JSON answer is the call's arguments, given back as one cal
 from __future__ import annotations
 
 import re
+import time
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -28,6 +32,7 @@ from providers.adapters.messages import (
     HEALTH_PROBE,
     Completion,
     CompletionRequest,
+    HealthLevel,
     HealthResult,
     Piece,
     Reasoning,
@@ -41,6 +46,14 @@ from providers.adapters.stream import CompletionStream
 # the string "-1" or "3600" fails its duration parser ("missing unit"); "30m" stays a string.
 _SECONDS = re.compile(r"-?\d+(\.\d+)?")
 _THINK = {"off": False, "on": True}  # low / medium / high are sent as they are
+PS_TIMEOUT_S = 1.0  # the health check's look at /api/ps, at most
+
+
+def load_seconds(value: Any) -> float:
+    """An answer's `load_duration` (nanoseconds) in seconds; 0 when absent or not a number."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        return 0.0
+    return float(value) / 1e9
 
 
 def keep_alive_value(keep_alive: str) -> str | int | float:
@@ -152,6 +165,7 @@ class OllamaAdapter(ProviderAdapter):
             finish_reason="tool_calls" if calls else str(body.get("done_reason") or ""),
             tool_calls=calls,
             reasoning=thinking,
+            load_s=load_seconds(body.get("load_duration")),
         )
 
     def _held_call(
@@ -310,14 +324,37 @@ class OllamaAdapter(ProviderAdapter):
         return False  # self-hosted: a token costs nothing, so inference is always checked
 
     async def health_check(self, *, timeout: float, inference: bool = False) -> HealthResult:
-        return await self.health_levels("/api/tags", timeout=timeout, inference=inference)
+        """The levels (`health_levels` on /api/tags); with `inference`, /api/ps first: a
+        one-token answer that times out while the server answers and doesn't list the model
+        as loaded is a model loading (`HealthResult.loading`, a good result), not a failure."""
+        if not inference:
+            return await self.health_levels("/api/tags", timeout=timeout, inference=False)
+        started = time.perf_counter()
+        loading = await self.model_loading(timeout=min(PS_TIMEOUT_S, timeout / 4))
+        left = max(0.001, timeout - (time.perf_counter() - started))
+        result = await self.health_levels("/api/tags", timeout=left, inference=True)
+        timed_out = result.error_class == ErrorClass.TIMEOUT
+        if loading and timed_out and result.level == HealthLevel.INFERENCE:
+            detail = f"model {self.config.model} is loading (not yet in /api/ps)"
+            return replace(result, ok=True, detail=detail, error_class=None, loading=True)
+        return result
+
+    async def model_loading(self, *, timeout: float) -> bool:
+        """Ollama lists the models it holds in memory at /api/ps; one it doesn't list is loaded
+        by the next call (after a restart, or unloaded once its keep_alive ran out)."""
+        try:
+            body, _ = await self.request_json("GET", "/api/ps", timeout=timeout)
+        except ProviderError:
+            return False  # the server doesn't answer: wedged, not loading
+        return not self._lists_model(body)
 
     def model_problem(self, body: Any) -> str:
+        return "" if self._lists_model(body) else f"model {self.config.model} is not pulled"
+
+    def _lists_model(self, body: Any) -> bool:
         models = body.get("models") if isinstance(body, dict) else None
         names = {m.get("name") for m in models or () if isinstance(m, dict)}
         names |= {m.get("model") for m in models or () if isinstance(m, dict)}
         model = self.config.model
         # Ollama lists "llama3.1:latest" for a model asked for as "llama3.1".
-        if model in names or (":" not in model and f"{model}:latest" in names):
-            return ""
-        return f"model {model} is not pulled"
+        return model in names or (":" not in model and f"{model}:latest" in names)

@@ -28,7 +28,15 @@ from providers.api.common import (
 )
 from providers.engine.breaker import Mode, State
 from providers.engine.config import Snapshot
-from providers.engine.health import DEGRADED, DISABLED, DOWN, HEALTHY, Health, provider_health
+from providers.engine.health import (
+    DEGRADED,
+    DISABLED,
+    DOWN,
+    HEALTHY,
+    LOADING,
+    Health,
+    provider_health,
+)
 from providers.permissions import status_viewer
 from providers.state.contract import Windows, spend_key
 
@@ -55,7 +63,7 @@ _PROVIDER: dict[str, Any] = {
         "model": {"type": "string"},
         "priority": {"type": "integer"},
         "is_local": {"type": "boolean"},
-        "health": {"enum": [HEALTHY, DEGRADED, DOWN, DISABLED]},
+        "health": {"enum": [HEALTHY, LOADING, DEGRADED, DOWN, DISABLED]},
         "sentinel": {"enum": [h.value for h in Health]},
         "breaker": {
             "type": "object",

@@ -14,7 +14,7 @@ from billing.models import Budget, CallRecord
 from failover_site.runtime.gateway import Gateway, get_gateway
 from providers.engine.breaker import BreakerState, Mode, State
 from providers.engine.config import bucket_width
-from providers.engine.health import DEGRADED, DOWN, Health, provider_health
+from providers.engine.health import DEGRADED, DOWN, LOADING, Health, provider_health
 from providers.models import FailoverPolicy, Incident, KillSwitch, Provider
 from providers.selectors import policy_get
 from providers.state.contract import Windows, WindowSummary, spend_key
@@ -115,6 +115,8 @@ def serving_now(policy: FailoverPolicy, rows: list[ProviderStatus]) -> Serving:
             why = "the primary is healthy" if index == 0 else "; ".join(passed)
             if row.health == DEGRADED and index == 0:
                 why = "the primary is answering, with recent failures"
+            if row.health == LOADING and index == 0:
+                why = "the primary's model is loading: calls that don't answer in time go on"
             return Serving(tier, row.name, why)
         breaker = row.breaker
         if (

@@ -281,6 +281,21 @@ def _open(
     return opened, (BreakerEvent(EventKind.OPENED, name, now, reason, cooldown),)
 
 
+TRICKLE_ANSWERED = "trickle_answered"
+
+
+def trickle_answered(
+    name: str, current: BreakerState, now: float
+) -> tuple[BreakerState, tuple[BreakerEvent, ...]] | None:
+    """A call let through while every breaker was open answered: an open breaker (in the
+    automatic mode) half-opens at once rather than at the end of its cooldown. None: it isn't
+    open (any more), or an operator holds it."""
+    if current.mode != Mode.AUTO or current.state != State.OPEN:
+        return None
+    event = BreakerEvent(EventKind.HALF_OPENED, name, now, TRICKLE_ANSWERED)
+    return _half_open(current, now), (event,)
+
+
 def _half_open(current: BreakerState, now: float) -> BreakerState:
     return replace(
         current,

@@ -109,6 +109,9 @@ class PolicyConfig:
     stuck_multiplier: float = 3.0
     stuck_floor_s: float = 1.0
     stuck_cap_s: float = 10.0
+    # No latency history yet, or a half-open probe: the request goes on at this bound while the
+    # call runs on (`routing/hedge.py`).
+    first_byte_bound_s: float = 1.5
     cooldown_s: int = 60
     cooldown_multiplier: float = 2.0
     max_cooldown_s: int = 600
@@ -135,6 +138,7 @@ class PolicyConfig:
     sentinel_window: int = 5
     sentinel_degraded_after: int = 3
     sentinel_down_after_s: int = 300
+    model_load_grace_s: int = 120  # a loading model isn't failing for this long
     sentinel_check_timeout_s: float = 5.0
     sentinel_paid_probe: bool = False
     keepalive_enabled: bool = False

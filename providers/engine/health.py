@@ -3,7 +3,9 @@
 - `degraded_after` bad results in the window → DEGRADED: normal-priority traffic stays on the
   provider, high priority moves on;
 - DEGRADED for `down_after_s` → DOWN: the provider is skipped;
-- back to HEALTHY only once the whole window is clean, so a provider doesn't flap.
+- back to HEALTHY only once the whole window is clean, so a provider doesn't flap;
+- LOADING while the checks find the model loading (the server answers, the model is not yet in
+  memory), for at most the policy's `model_load_grace_s`: tried as usual, never an alert.
 
 The stores apply `next_health` atomically (`StateStore.health_record`; the Redis store in Lua).
 The router reads the verdict with the breaker, in the same round trip (`BreakerState.health`),
@@ -30,6 +32,9 @@ class Health(StrEnum):
     HEALTHY = "healthy"
     DEGRADED = "degraded"
     DOWN = "down"
+    # The server answers and its model is loading (after a restart, or an idle unload): the
+    # provider is tried as usual, and its calls' timeouts count against nothing.
+    LOADING = "loading"
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +47,7 @@ class HealthState:
     window: tuple[bool, ...] = ()
     detail: str = ""
     checked_at: float = 0.0
+    loading_since: float = 0.0  # the first of the loading results in a row (0: not loading)
 
 
 def next_health(
@@ -53,14 +59,26 @@ def next_health(
     degraded_after: int,
     down_after_s: float,
     detail: str = "",
+    loading_grace_s: float = 0.0,
 ) -> HealthState:
-    """The verdict once one more result is in. (`redis_scripts.HEALTH_RECORD` is the same rule
-    in Lua: change both.)"""
+    """The verdict once one more result is in. A result that says the model is loading
+    (`loading_grace_s` > 0, the policy's grace) is a good one and makes the verdict LOADING,
+    for as long as the loading results in a row stay within that grace; past it, a load that
+    never ends counts as a bad result. (`redis_scripts.HEALTH_RECORD` is the same rule in
+    Lua: change both.)"""
     window = max(1, window)
+    loading_since = 0.0
+    if loading_grace_s > 0:
+        loading_since = current.loading_since or now
+        if now - loading_since >= loading_grace_s:
+            ok = False
+    loading = loading_grace_s > 0 and ok
     results = (*current.window, ok)[-window:]
     clean = len(results) == window and all(results)
     status = current.status
-    if status == Health.DEGRADED:
+    if loading:
+        status = Health.LOADING
+    elif status == Health.DEGRADED:
         if clean:
             status = Health.HEALTHY
         elif now - current.since >= down_after_s:
@@ -72,7 +90,7 @@ def next_health(
         bad = results.count(False)
         status = Health.DEGRADED if bad >= degraded_after else Health.HEALTHY
     since = now if status != current.status else current.since
-    return HealthState(status, since, results, detail, now)
+    return HealthState(status, since, results, detail, now, loading_since)
 
 
 def health_skip(health: str, priority: str) -> str:
@@ -91,12 +109,14 @@ def health_ttl(policy: PolicyConfig) -> float:
 
 # A provider's health as the status page and the status endpoint both show it.
 HEALTHY, DEGRADED, DOWN, DISABLED = "healthy", "degraded", "down", "disabled"
+LOADING = Health.LOADING.value
 
 
 def provider_health(breaker: BreakerState, *, recent_failures: int, enabled: bool = True) -> str:
-    """Healthy, degraded, down or disabled: the worse of what the breaker and its last window
-    say and the sentinel's verdict (`breaker.health`, read with it), when the sentinel has one.
-    A breaker forced closed takes calls whatever the sentinel says, as the router does."""
+    """Healthy, loading, degraded, down or disabled: the worse of what the breaker and its last
+    window say and the sentinel's verdict (`breaker.health`, read with it), when the sentinel
+    has one. A breaker forced closed takes calls whatever the sentinel says, as the router
+    does."""
     if not enabled:
         return DISABLED
     if breaker.mode == Mode.DISABLED or breaker.state == State.OPEN:
@@ -111,4 +131,4 @@ def provider_health(breaker: BreakerState, *, recent_failures: int, enabled: boo
         or recent_failures
     ):
         return DEGRADED
-    return HEALTHY
+    return LOADING if breaker.health == Health.LOADING and not forced else HEALTHY

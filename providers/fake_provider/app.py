@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from providers.fake_provider import answers, azure, dialects, leaks
+from providers.fake_provider import answers, azure, dialects, leaks, ollama_extra
 from providers.fake_provider.chat_request import parse_chat, parse_request, wants_stream
 from providers.fake_provider.config import (
     HANG_CAP_SECONDS,
@@ -128,15 +129,24 @@ class FakeProviderApp:
             request = parsed
         mode = config.mode if chat or config.scope == "all" else "ok"
         wait = self.state.wait_s(config) if mode in ("slow", "stall") else 0.0
-        if mode != "ok":
+        loaded_after = 0.0
+        if mode == "loading" and endpoint != "ps":  # the load, then the answer's own time
+            loaded_after = self.state.load_wait_s(config, time.monotonic())
+            if await disconnected_within(receive, loaded_after + self.state.wait_s(config)):
+                return
+        elif mode != "ok":
             handled = await _fault(dialect, mode, config, wait, request, receive, send, echo)
             if handled:
                 return
         streamed = endpoint in ("chat", "generate") and wants_stream(dialect, request)
         if rate_fail or (mode == "stream_error" and not streamed):
             reply = dialects.error(dialect, "error", status=config.status)
+        elif endpoint == "ps" and not self.state.model_loaded(config, time.monotonic()):
+            reply = dialects.json_reply(200, {"models": []})  # loading: not in memory yet
         else:
             reply = answers.answer(dialect, endpoint, config, request)
+        if loaded_after and dialect == OLLAMA:
+            reply = ollama_extra.with_load_duration(reply, loaded_after)
         if mode == "malformed" and reply.status == 200:
             reply = _malformed(reply)
         elif mode == "stream_error" and reply.stream:

@@ -20,6 +20,10 @@ The fault modes (`mode`), played on the chat endpoints, or on every endpoint whe
 - stream_error: a stream's first text (with after_chunks K: its first K chunks), then the
   dialect's error event (the stream breaks with an error in its own words; Ollama's is an
   {"error": ...} line); an answer that is not streamed is an `error`.
+- loading: the model is not in memory (after a restart, or its keep_alive ran out). The first
+  chat call loads it (load_ms); calls meanwhile wait for the same load, which a client leaving
+  doesn't stop. Loaded, each call answers after delay_ms (± jitter_ms); Ollama's answers carry
+  the wait as `load_duration`, and /api/ps lists the model only once it is loaded.
 - busy: Ollama's 503 when its queue is full ({"error": "server busy, please try again.  maximum
   pending requests exceeded"}); elsewhere the dialect's overloaded error.
 
@@ -67,21 +71,10 @@ from functools import cached_property
 from typing import Any
 
 MODES = (
-    "ok",
-    "hang",
-    "slow",
-    "error",
-    "rate_limit",
-    "unauthorized",
-    "malformed",
-    "bad_request",
-    "context_too_long",
-    "cut_stream",
-    "overloaded",
-    "stall",
-    "stream_error",
-    "busy",
-)
+    "ok", "hang", "slow", "error", "rate_limit", "unauthorized",
+    "malformed", "bad_request", "context_too_long", "cut_stream", "overloaded", "stall",
+    "stream_error", "busy", "loading",
+)  # fmt: skip
 SCOPES = ("chat", "all")
 DISOBEY = ("", "text", "unknown_tool", "off_schema")
 DEFAULT_MODELS = ("llama3.1:8b", "gpt-4o-mini")
@@ -129,6 +122,7 @@ class FakeConfig:
     context_length: int = DEFAULT_CONTEXT_LENGTH
     embedding_dimensions: int = DEFAULT_EMBEDDING_DIMENSIONS
     disobey: str = ""
+    load_ms: int = 0  # the loading mode's load
     # The answer split into tokens (words with their leading whitespace): joining the first n
     # gives the answer cut to n tokens, and each one is a stream chunk.
     pieces: tuple[str, ...] = field(init=False, repr=False, compare=False)
@@ -268,6 +262,7 @@ _VALIDATORS = {
     "context_length": _int_between(1, 10_000_000),
     "embedding_dimensions": _int_between(1, MAX_EMBEDDING_DIMENSIONS),
     "disobey": _choice(DISOBEY),
+    "load_ms": _int_between(0, int(HANG_CAP_SECONDS * 1000)),
 }
 
 
@@ -288,6 +283,22 @@ class FakeState:
         # Set by the fake's own server (`FakeProviderServer`): closes the listener for the
         # given seconds, dropping every connection but the one passed.
         self.refuser: Callable[[float, object], Awaitable[bool]] | None = None
+        self._load_started: float | None = None  # the loading mode's load, on the loop's clock
+
+    def load_wait_s(self, config: FakeConfig, now: float) -> float:
+        """The loading mode: a call's wait at `now` for the load (the first one starts it)."""
+        with self._lock:
+            if self._load_started is None:
+                self._load_started = now
+            return max(0.0, self._load_started + config.load_ms / 1000 - now)
+
+    def model_loaded(self, config: FakeConfig, now: float) -> bool:
+        """Whether /api/ps lists the models: but in the loading mode before its load, always."""
+        if config.mode != "loading":
+            return True
+        with self._lock:
+            started = self._load_started
+        return started is not None and now >= started + config.load_ms / 1000
 
     def wait_s(self, config: FakeConfig) -> float:
         """slow's and stall's wait for one call: delay_ms ± jitter_ms, in seconds."""
@@ -320,6 +331,8 @@ class FakeState:
             self.config = self.config.updated(changes)
             if "error_rate" in changes:
                 self._error_debt = 0.0
+            if "mode" in changes or "load_ms" in changes:
+                self._load_started = None  # unloaded: the next call loads it again
             return self.config
 
     def reset(self) -> FakeConfig:
@@ -329,6 +342,7 @@ class FakeState:
             self._by_path = {}
             self._last = {}
             self._error_debt = 0.0
+            self._load_started = None
             return self.config
 
     def remember(self, path: str, body: bytes, headers: Any, query: bytes = b"") -> None:

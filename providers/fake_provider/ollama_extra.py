@@ -185,3 +185,22 @@ def show(config: FakeConfig, request: dict[str, Any]) -> Reply:
         "modified_at": tag["modified_at"],
     }
     return json_reply(200, body)
+
+
+def with_load_duration(reply: Reply, seconds: float) -> Reply:
+    """The reply with its done line saying the call waited `seconds` for the model's load
+    (`load_duration`, and so `total_duration`, in nanoseconds), as Ollama's answer after a
+    load does."""
+    load_ns = round(seconds * 1e9)
+    chunks = []
+    for chunk in reply.chunks:
+        try:
+            line = json.loads(chunk)
+        except ValueError:
+            line = None
+        if isinstance(line, dict) and line.get("done") is True:
+            line["total_duration"] = int(line.get("total_duration") or 0) + load_ns
+            line["load_duration"] = load_ns
+            chunk = dumps(line) + (b"\n" if chunk.endswith(b"\n") else b"")
+        chunks.append(chunk)
+    return replace(reply, chunks=chunks)

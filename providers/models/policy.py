@@ -57,6 +57,7 @@ class FailoverPolicy(BreakerPolicy, MoneyPolicy):
                 ("slow_call_s", "slow_call_rate_pct"),
                 ("p95_latency_s", "p95_window_s"),
                 ("stuck_multiplier", "stuck_floor_s", "stuck_cap_s"),
+                "first_byte_bound_s",
                 ("cooldown_s", "cooldown_multiplier", "max_cooldown_s"),
                 "half_open_probes",
                 "non_compliant_is_failure",
@@ -67,7 +68,7 @@ class FailoverPolicy(BreakerPolicy, MoneyPolicy):
             (
                 ("sentinel_interval_s", "sentinel_check_timeout_s"),
                 ("sentinel_window", "sentinel_degraded_after"),
-                "sentinel_down_after_s",
+                ("sentinel_down_after_s", "model_load_grace_s"),
                 "sentinel_paid_probe",
                 # The keepalive's pings count as the secondary's health checks.
                 ("keepalive_enabled", "keepalive_interval_s"),
@@ -149,6 +150,14 @@ class FailoverPolicy(BreakerPolicy, MoneyPolicy):
         "degraded → down after (s)",
         default=300,
         validators=at_least(1, "The time from degraded to down"),
+    )
+    model_load_grace_s = models.PositiveIntegerField(
+        "a model may load for (s)",
+        default=120,
+        validators=at_least(1, "The model load grace"),
+        help_text="A self-hosted model that is loading (answering slowly while not yet in "
+        "Ollama's /api/ps) is not counted as failing for this long; past it, a load that "
+        "never ends counts like any failed check.",
     )
     sentinel_check_timeout_s = models.FloatField(
         "check timeout (s)",

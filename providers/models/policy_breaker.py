@@ -53,6 +53,17 @@ class BreakerPolicy(models.Model):
         validators=at_least(0.1, "The stuck cap"),
         help_text="Also the threshold for a provider with no recent answers.",
     )
+    # A provider without a latency history yet (fewer than 10 answers in this process), or a
+    # half-open probe: the request goes on at this bound, the call runs on (`routing/hedge.py`).
+    first_byte_bound_s = models.FloatField(
+        "first byte within (s), without a history",
+        default=1.5,
+        validators=at_least(0.1, "The first-byte bound"),
+        help_text="A call to a provider with no recent answers to judge by (after a restart), "
+        "or a half-open probe, that has sent no first byte within this long: the request goes "
+        "on to the next tier while the call runs on to its own timeout, which alone counts "
+        "against the breaker.",
+    )
     cooldown_s = models.PositiveIntegerField(
         "cooldown (s)", default=60, validators=at_least(1, "The cooldown")
     )

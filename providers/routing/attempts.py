@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 from providers.adapters.errors import ErrorClass, ProviderError
-from providers.adapters.messages import Completion, estimate_tokens
+from providers.adapters.messages import Completion, CompletionRequest, estimate_tokens
 from providers.adapters.stream import CompletionStream
 from providers.engine import breaker
 from providers.engine.breaker import STUCK, Admission, BreakerState
@@ -19,10 +19,11 @@ from providers.engine.budgets import (
     budget_gate,
 )
 from providers.engine.config import ProviderConfig
-from providers.engine.health import health_skip
+from providers.engine.health import Health, health_skip
 from providers.engine.scrub import KEPT_LIMIT, scrub_cut, scrubbed_traceback
 from providers.routing.budget_holds import hold, later, release_later, reservation
 from providers.routing.compliance import answer_problem, first_piece_problem
+from providers.routing.hedge import at_bound, detached, hand_over, hedge_bound
 from providers.routing.settling import call_ended, settle
 from providers.routing.stuck import MovedOn, StuckGuard, stall_counter
 from providers.routing.walk import (
@@ -38,8 +39,11 @@ from providers.state.contract import spend_key
 logger = logging.getLogger(__name__)
 
 
-async def admit(walk: Walk, provider: ProviderConfig) -> Ticket | AttemptResult:
-    """The breaker's and the budgets' say before a call: a ticket, or why it is skipped."""
+async def admit(
+    walk: Walk, provider: ProviderConfig, *, trickle: bool = False
+) -> Ticket | AttemptResult:
+    """The breaker's and the budgets' say before a call: a ticket, or why it is skipped. A
+    `trickle` call passes an open breaker (in the automatic mode) and nothing else."""
     request, policy, ports = walk.request, walk.policy, walk.ports
     store, name = ports.store, provider.name
     # An alias's entry is its provider asking for another model: the provider's own adapter.
@@ -72,6 +76,8 @@ async def admit(walk: Walk, provider: ProviderConfig) -> Ticket | AttemptResult:
         return AttemptResult(Attempt(name, "skipped", unhealthy))
 
     decision = breaker.admit(name, state, policy, now)
+    if trickle and decision.admission == Admission.REJECT and decision.reason == "breaker_open":
+        decision = breaker.Decision(Admission.ALLOW)
     if decision.transition is not None:
         ports.readings.forget(name)  # moved here or by another process: read it afresh
         if await store.transition(name, state.version, decision.transition):
@@ -86,7 +92,7 @@ async def admit(walk: Walk, provider: ProviderConfig) -> Ticket | AttemptResult:
     if decision.admission == Admission.REJECT:
         walk.events.extend(decision.events)
         if state.state == breaker.State.OPEN and state.mode == breaker.Mode.AUTO:
-            walk.note_open(state.open_until)
+            walk.note_open(state.open_until, provider)
         return AttemptResult(Attempt(name, "skipped", decision.reason))
 
     holds = reservation(request.completion, provider, budgets, keys, request.priority)
@@ -134,6 +140,8 @@ async def admit(walk: Walk, provider: ProviderConfig) -> Ticket | AttemptResult:
         completion,
         release,
         holds,
+        loading=state.health == Health.LOADING,
+        trickle=trickle,
     )
 
 
@@ -184,13 +192,34 @@ def _close_unread(task: asyncio.Future[Any]) -> None:
 
 
 async def attempt(
-    walk: Walk, provider: ProviderConfig, cancel: asyncio.Event | None = None
+    walk: Walk,
+    provider: ProviderConfig,
+    cancel: asyncio.Event | None = None,
+    *,
+    may_hedge: bool = False,
+    trickle: bool = False,
 ) -> AttemptResult:
-    admitted = await admit(walk, provider)
+    """Admit and call one provider. With `may_hedge` (another tier waits behind it), a call
+    to a provider without a latency history, or a half-open probe, has the policy's
+    first-byte bound: past it the request goes on and the call runs on by itself
+    (`routing/hedge.py`). `trickle`: the one call a process lets through while every breaker
+    is open (`routing/trickle.py`)."""
+    admitted = await admit(walk, provider, trickle=trickle)
     if isinstance(admitted, AttemptResult):
         return admitted
-    ticket, ports, name = admitted, walk.ports, provider.name
-    walk.called = True
+    if not trickle:  # a trickle call's failure leaves its breaker open: no sooner a retry
+        walk.called = True
+    bound = hedge_bound(walk, admitted, may_hedge=may_hedge or trickle)
+    if bound is None:
+        return await _call(walk, admitted, cancel)
+    return await at_bound(walk, admitted, bound, _call(walk, admitted, cancel))
+
+
+async def _call(walk: Walk, ticket: Ticket, cancel: asyncio.Event | None) -> AttemptResult:
+    """The admitted call and its settling. A call the request went on from (`ticket.hedged`)
+    settles by itself: its answer is counted and cached, not used."""
+    ports, provider = walk.ports, ticket.provider
+    name = provider.name
     adapter = ticket.adapter
     request = ticket.request
     # The time left is measured now, after the bookkeeping, so the call can't overrun it.
@@ -275,11 +304,34 @@ async def attempt(
         # a stream its client never reads on must not keep the place.
         call_ended(ports, ticket)
     latency_s = ports.clock.mono() - ticket.started
+    if ticket.hedged:
+        walk = detached(walk)
+        result = await _settle(walk, ticket, request, completion, stream, error, latency_s)
+        hand_over(walk)
+        return result
+    return await _settle(walk, ticket, request, completion, stream, error, latency_s)
 
+
+async def _settle(
+    walk: Walk,
+    ticket: Ticket,
+    request: CompletionRequest,
+    completion: Completion | None,
+    stream: CompletionStream | None,
+    error: ProviderError | None,
+    latency_s: float,
+) -> AttemptResult:
+    name = ticket.provider.name
+    if stream is not None and ticket.hedged:
+        # Nobody reads it: closed, and counted as the good call it was.
+        await stream.aclose()
+        completion, stream = stream.completion(latency_s * 1000), None
     if stream is not None:
         problem = first_piece_problem(request, stream.first)
         if not problem:  # settled when it ends (finish_stream)
-            attempt = Attempt(name, "ok", latency_ms=round(latency_s * 1000), model=provider.model)
+            attempt = Attempt(
+                name, "ok", latency_ms=round(latency_s * 1000), model=ticket.provider.model
+            )
             return AttemptResult(attempt, stream=stream, ticket=ticket)
         # Nothing of it is relayed: what it used is counted, and the next provider asked.
         await stream.aclose()

@@ -2,8 +2,10 @@
 
 Kill switch → the answer cache when the policy saves cost with it → providers (by priority,
 weighted or hedged, filtered by what the request allows, the breaker and the budgets), each
-given min(its timeout, the time left) and judged by the error table → the cached answer → the
-static answer → the degradation message. docs/architecture.md, "A request's walk".
+given min(its timeout, the time left) and judged by the error table (a call without a latency
+history hedged at the first-byte bound: `hedge`; with every breaker open, one trickle call per
+process: `trickle`) → the cached answer → the static answer → the degradation message.
+docs/architecture.md, "A request's walk".
 
 A streamed request is routed the same way up to its first token: a provider that fails before
 then (or doesn't start within the policy's time to first token) is passed over like any other.
@@ -30,6 +32,7 @@ from providers.routing.ports import Ports, Runtime
 from providers.routing.rate_limits import rate_abandon, rate_settle
 from providers.routing.strategies import hedged, in_turn, ordered
 from providers.routing.streams import finish_reason, finish_stream
+from providers.routing.trickle import trickle
 from providers.routing.walk import (
     CANNOT_SERVE,
     TOO_SMALL,
@@ -154,6 +157,8 @@ async def _route(request: RouteRequest, snapshot: Snapshot, ports: Ports) -> Rou
         answered = await hedged(walk, candidates, attempts)
     else:
         answered = await in_turn(walk, candidates, attempts)
+    if answered is None:  # every breaker open: this process's trickle call, when it's its turn
+        answered = await trickle(walk, attempts)
     if isinstance(answered, Refused):
         return _client_error(walk, answered.error, answered.provider, attempts)
     if answered is not None:

@@ -18,6 +18,7 @@ from providers.engine.clock import Clock
 from providers.engine.config import Snapshot
 from providers.routing.breaker_watch import StuckWatch
 from providers.routing.in_flight import InFlight
+from providers.routing.outage_watch import LoadingWatch, Trickle
 from providers.routing.readings import Readings
 from providers.state.contract import StateStore
 
@@ -32,6 +33,10 @@ class Ports:
     in_flight: InFlight = field(default_factory=InFlight)
     # The breakers as last heard and the providers' latencies: what a stuck call listens to.
     stuck: StuckWatch = field(default_factory=StuckWatch)
+    # Whether a provider's model is loading, asked when a call passes its first-byte bound.
+    loading: LoadingWatch = field(default_factory=LoadingWatch)
+    # The one call at a time this process lets through while every breaker is open.
+    trickle: Trickle = field(default_factory=Trickle)
     # Where breaker events found outside a request's own steps go (a stuck call's count may
     # outlive its request): the runtime's incidents; None: the request's own events.
     note_events: Callable[[list[BreakerEvent]], None] | None = None

@@ -27,6 +27,8 @@ def call_ended(ports: Ports, ticket: Ticket) -> None:
     if ticket.waiting:
         ticket.waiting = False
         ports.in_flight.give(ticket.provider.name)
+        if ticket.trickle:
+            ports.trickle.give()
 
 
 async def settle(
@@ -44,7 +46,11 @@ async def settle(
     call_ended(ports, ticket)
     store, provider = ports.store, ticket.provider
     name = provider.name
-    rule = rule_of(error, policy) if error is not None else None
+    rule = rule_of(error, policy, loading=ticket.loading) if error is not None else None
+    # The time it spent loading its model first (Ollama's load_duration) is not the provider
+    # being slow: judged, and kept for its stuck threshold, without it.
+    load_s = completion.load_s if completion is not None and error is None else 0.0
+    latency_s, loaded_s = max(0.0, latency_s - load_s), latency_s
     outcome = breaker_outcome(error, rule, latency_s)
     cost = Decimal("0")
     spend: tuple[SpendIncrement, ...] = ()
@@ -114,8 +120,10 @@ async def settle(
             was_probe=ticket.was_probe and current.version == state.version,
         )
     )
+    if ticket.trickle and error is None:
+        walk.events.extend(await trickle_answered(ports, name, current, now))
 
-    latency_ms = round(latency_s * 1000)
+    latency_ms = round(loaded_s * 1000)
     if error is None:
         note = ticket.adapter.call_note(ticket.request)
         attempt = Attempt(
@@ -162,13 +170,33 @@ async def breaker_move(
     return new_events
 
 
-def rule_of(error: ProviderError, policy: PolicyConfig) -> ErrorRule:
+def rule_of(error: ProviderError, policy: PolicyConfig, *, loading: bool = False) -> ErrorRule:
     """The error table's rule for a failed call, as the policy reads it: a non-compliant answer
-    counts against the breaker only when the policy says so."""
+    counts against the breaker only when the policy says so, and a call that timed out while
+    its model was loading counts against nothing."""
     rule = ERROR_TABLE[error.error_class]
     if error.error_class == ErrorClass.NON_COMPLIANT and policy.non_compliant_is_failure:
         return replace(rule, breaker_failure=True)
+    if loading and error.error_class == ErrorClass.TIMEOUT:
+        return replace(rule, breaker_failure=False, slow_call=False)
     return rule
+
+
+async def trickle_answered(
+    ports: Ports, name: str, current: BreakerState, now: float
+) -> tuple[breaker.BreakerEvent, ...]:
+    """A trickle call (`routing/trickle.py`) answered while its breaker was open: the cooldown
+    ends now, so the next requests carry the half-open probes that close it."""
+    moved = breaker.trickle_answered(name, current, now)
+    if moved is None:
+        return ()
+    state, events = moved
+    ports.readings.forget(name)
+    if not await ports.store.transition(name, current.version, state):
+        return ()
+    ports.stuck.heard(name, state)
+    logger.warning("breaker %s half-opened early: the trickle call answered", name)
+    return events
 
 
 def breaker_outcome(

@@ -104,11 +104,12 @@ def skip_reason(provider: ProviderConfig, local_only: bool, context_floor: int, 
 async def in_turn(
     walk: Walk, candidates: Sequence[ProviderConfig], attempts: list[Attempt]
 ) -> AttemptResult | Refused | None:
-    """Priority failover: one provider at a time until one answers."""
+    """Priority failover: one provider at a time until one answers (a call without a latency
+    history, or a half-open probe, waited on up to the first-byte bound: `routing/hedge.py`)."""
     local_only = cloud_barred(walk)
     context_floor = 0
     needed = context_needed(walk.request.completion)
-    for provider in candidates:
+    for index, provider in enumerate(candidates):
         skip = skip_reason(provider, local_only, context_floor, needed)
         if skip:
             attempts.append(Attempt(provider.name, "skipped", skip))
@@ -116,7 +117,12 @@ async def in_turn(
         if walk.deadline - walk.ports.clock.mono() < MIN_ATTEMPT_S:
             attempts.append(Attempt(provider.name, "skipped", "deadline_exceeded"))
             break
-        result = await attempt(walk, provider)
+        # Another provider waits behind this one: a call without a history may be hedged.
+        more = any(
+            not skip_reason(later, local_only, context_floor, needed)
+            for later in candidates[index + 1 :]
+        )
+        result = await attempt(walk, provider, may_hedge=more)
         attempts.append(result.attempt)
         if result.answered:
             return result

@@ -17,6 +17,9 @@ its timeout (15 s by default) and the breaker would hear of none of them until t
   given up on the provider (opened, or disabled by an operator), the call is cancelled and the
   request goes on to the next provider within its deadline: the attempt is in the ledger as
   `cancelled`, error class `stuck`.
+- **Loading.** A call whose provider's model is loading (`Ticket.loading`: the sentinel's
+  verdict, or what the provider said when the call passed its first-byte bound) is never
+  counted stuck: it waits for its answer, up to its timeout.
 - **Gaps.** After a stream's first token, the pause allowed between two pieces follows the
   provider's recent longest pauses the same way (never longer than its timeout).
 
@@ -66,6 +69,9 @@ class StuckGuard:
         await self._timeout.__aenter__()
         if self._counts:
             self._timer = asyncio.get_running_loop().call_later(self.stuck_s, self._on_stuck)
+        if self.ticket.trickle:
+            # Let through while its breaker is open (`routing/trickle.py`): nothing to hear.
+            return self
         watch, name = self.walk.ports.stuck, self.ticket.provider.name
         watch.listen(name, self._move_on)
         latest = watch.latest(name)
@@ -106,6 +112,8 @@ class StuckGuard:
 
     def _on_stuck(self) -> None:
         self._timer = None
+        if self.ticket.loading:  # a model loading is slow, not stuck (`routing/hedge.py`)
+            return
         self.stuck = True
         loop = asyncio.get_running_loop()
         self._counting = loop.create_task(self._count())

@@ -92,14 +92,18 @@ class Walk:
     # through (0: none did): what a 503's Retry-After counts down to.
     probe_at: float = 0.0
     called: bool = False  # some provider was called (and failed): worth a retry at once
+    # The provider (as this request would ask it) whose open breaker's cooldown ends first:
+    # the one a total outage's trickle goes to (`routing/trickle.py`).
+    soonest: ProviderConfig | None = None
 
     @property
     def policy(self) -> PolicyConfig:
         return self.snapshot.policy
 
-    def note_open(self, open_until: float) -> None:
+    def note_open(self, open_until: float, provider: ProviderConfig | None = None) -> None:
         if open_until > 0 and (not self.probe_at or open_until < self.probe_at):
             self.probe_at = open_until
+            self.soonest = provider
 
     def retry_after_s(self) -> int:
         """Seconds until a retry may find a provider to ask: until the earliest probe of the
@@ -129,6 +133,12 @@ class Ticket:
     holds: list[Hold] = field(default_factory=list)
     waiting: bool = True  # holds one of the provider's in-flight places, until `call_ended`
     counted: bool = False  # counted as a failure while still in flight (`routing/stuck.py`)
+    # The request went on past the first-byte bound; the call settles alone (`routing/hedge.py`).
+    hedged: bool = False
+    # Its model is loading (the sentinel's verdict, or the provider's loaded models asked at
+    # the bound): not counted stuck, and a timeout counts against nothing.
+    loading: bool = False
+    trickle: bool = False  # the call let through while every breaker is open
 
 
 @dataclass(slots=True)

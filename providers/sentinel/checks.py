@@ -88,6 +88,7 @@ async def record_result(
         down_after_s=policy.sentinel_down_after_s,
         detail=result.detail,
         ttl_s=health_ttl(policy),
+        loading_grace_s=policy.model_load_grace_s if result.loading else 0.0,
     )
     return state, state.since == now
 

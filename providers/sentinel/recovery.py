@@ -6,12 +6,15 @@ for hours, and a provider the sentinel reads as down gets none at all (the route
 after its checks the sentinel moves each such breaker to half-open itself and sends the probes,
 one health check each (the same check it runs anyway: a one-token inference where that costs
 nothing): every probe good closes it (the recovery, with its alert), one bad re-opens it with
-the next cooldown. Probes are taken by the same versioned transition and probe slots as a
-request's, so a request probing at the same moment shares the round, never doubles it.
+the next cooldown. Besides the sentinel's run, every serving process looks each second
+(`runtime/jobs.py` `recovery_job`), so a breaker is probed the moment its cooldown ends.
+Probes are taken by the same versioned transition and probe slots as a request's, so a request
+probing at the same moment shares the round, never doubles it.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 from providers.engine import breaker
@@ -28,10 +31,8 @@ if TYPE_CHECKING:
 async def probe_idle_breakers(runtime: Runtime) -> list[BreakerEvent]:
     """Probe every enabled provider whose breaker waits for a probe; the breaker events."""
     snapshot = await runtime.snapshots.current()
-    events: list[BreakerEvent] = []
-    for provider in snapshot.providers:
-        events += await _probe(runtime, provider, snapshot.policy)
-    return events
+    found = await asyncio.gather(*(_probe(runtime, p, snapshot.policy) for p in snapshot.providers))
+    return [event for events in found for event in events]
 
 
 async def _probe(

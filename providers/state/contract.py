@@ -271,11 +271,13 @@ class StateStore(ABC):
         down_after_s: float,
         detail: str = "",
         ttl_s: float | None = None,
+        loading_grace_s: float = 0.0,
     ) -> HealthState:
         """Add one check's result to the provider's window of the last `window` and apply
         `health.next_health` atomically; returns the verdict. Kept apart from the breaker
         (whose writes never touch it) and read with it by `read`. With `ttl_s`, the verdict
-        lapses to unknown when no result follows within that long."""
+        lapses to unknown when no result follows within that long. `loading_grace_s` > 0:
+        the result says the model is loading (`next_health`)."""
 
     @abstractmethod
     async def health_read(self, names: Iterable[str]) -> dict[str, HealthState]:

@@ -354,6 +354,7 @@ class MemoryStore(StateStore):
         down_after_s: float,
         detail: str = "",
         ttl_s: float | None = None,
+        loading_grace_s: float = 0.0,
     ) -> HealthState:
         state = next_health(
             self._health_of(name),
@@ -363,6 +364,7 @@ class MemoryStore(StateStore):
             degraded_after=degraded_after,
             down_after_s=down_after_s,
             detail=detail,
+            loading_grace_s=loading_grace_s,
         )
         self._health[name] = (state, None if ttl_s is None else self._clock() + ttl_s)
         return state

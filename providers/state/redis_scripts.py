@@ -236,10 +236,17 @@ return {ok, tostring(v[1]), tostring(v[2]), tostring(v[3]), tostring(v[4])}
 # `health.next_health` in Lua (change both): the window is a string of 1s and 0s, newest last;
 # `since` is kept as the caller's own text, so a float never goes through Lua's formatting.
 HEALTH_RECORD = """
-local cur = redis.call('HMGET', KEYS[1], 'status', 'since', 'window')
+local cur = redis.call('HMGET', KEYS[1], 'status', 'since', 'window', 'loading_since')
 local status, since = cur[1] or 'unknown', cur[2] or '0'
 local n = tonumber(ARGV[3])
-local win = (cur[3] or '') .. ARGV[1]
+local result, grace, loading_since = ARGV[1], tonumber(ARGV[8]), '0'
+if grace > 0 then
+  loading_since = cur[4] or '0'
+  if loading_since == '0' then loading_since = ARGV[2] end
+  if tonumber(ARGV[2]) - tonumber(loading_since) >= grace then result = '0' end
+end
+local loading = grace > 0 and result == '1'
+local win = (cur[3] or '') .. result
 if #win > n then win = string.sub(win, #win - n + 1) end
 local bad = 0
 for i = 1, #win do
@@ -247,7 +254,9 @@ for i = 1, #win do
 end
 local clean = #win >= n and bad == 0
 local new = status
-if status == 'degraded' then
+if loading then
+  new = 'loading'
+elseif status == 'degraded' then
   if clean then
     new = 'healthy'
   elseif tonumber(ARGV[2]) - tonumber(since) >= tonumber(ARGV[5]) then
@@ -262,13 +271,14 @@ else
 end
 if new ~= status then since = ARGV[2] end
 redis.call('HSET', KEYS[1], 'status', new, 'since', since, 'window', win,
-           'detail', ARGV[6], 'checked_at', ARGV[2])
+           'detail', ARGV[6], 'checked_at', ARGV[2], 'loading_since', loading_since)
 if tonumber(ARGV[7]) > 0 then
   redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[7]))
 else
   redis.call('PERSIST', KEYS[1])
 end
-return {'status', new, 'since', since, 'window', win, 'detail', ARGV[6], 'checked_at', ARGV[2]}
+return {'status', new, 'since', since, 'window', win, 'detail', ARGV[6], 'checked_at', ARGV[2],
+        'loading_since', loading_since}
 """
 
 INT_FIELDS = {"version", "consecutive_failures", "reopens", "probes_admitted", "probes_succeeded"}
@@ -308,6 +318,7 @@ def health_from_hash(raw: dict[str, str] | list[str]) -> HealthState:
         window=tuple(c == "1" for c in raw.get("window", "")),
         detail=raw.get("detail", ""),
         checked_at=float(raw.get("checked_at") or 0),
+        loading_since=float(raw.get("loading_since") or 0),
     )
 
 

@@ -328,6 +328,7 @@ class RedisStore(StateStore):
         down_after_s: float,
         detail: str = "",
         ttl_s: float | None = None,
+        loading_grace_s: float = 0.0,
     ) -> HealthState:
         args = [
             int(ok),
@@ -337,6 +338,7 @@ class RedisStore(StateStore):
             repr(float(down_after_s)),
             detail,
             0 if ttl_s is None else max(1, round(ttl_s * 1000)),
+            repr(float(loading_grace_s)),
         ]
         raw = await self._client()[7](keys=[scripts.health_key(name)], args=args)
         return scripts.health_from_hash(raw)

@@ -215,6 +215,7 @@ class ResilientStore(StateStore):
         down_after_s: float,
         detail: str = "",
         ttl_s: float | None = None,
+        loading_grace_s: float = 0.0,
     ) -> HealthState:
         result: HealthState = await self._call(
             "health_record",
@@ -226,6 +227,7 @@ class ResilientStore(StateStore):
             down_after_s=down_after_s,
             detail=detail,
             ttl_s=ttl_s,
+            loading_grace_s=loading_grace_s,
         )
         return result
 

@@ -64,12 +64,13 @@ async def test_the_static_tier_raises_one_critical_alert(api, telegram, primary,
 
 def test_the_serving_process_runs_every_job_itself(in_process):
     names = {periodic.name for periodic in serving_process_jobs()}
-    assert names == {"sentinel", "keepalive", "watchdog", "housekeeping"}
+    assert names == {"recovery", "sentinel", "keepalive", "watchdog", "housekeeping"}
 
 
-def test_with_celery_it_only_watches_the_sentinel(settings):
+def test_with_celery_it_only_watches_the_sentinel_and_probes_at_cooldown_end(settings):
     settings.BACKGROUND_JOBS = "celery"
-    assert [periodic.name for periodic in serving_process_jobs()] == ["sentinel_watch"]
+    names = [periodic.name for periodic in serving_process_jobs()]
+    assert names == ["sentinel_watch", "recovery"]
 
 
 async def test_the_scheduler_runs_its_jobs_and_survives_a_failing_one(gateway):

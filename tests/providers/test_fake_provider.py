@@ -687,6 +687,7 @@ class TestControl:
                 "context_length": 8192,
                 "embedding_dimensions": 8,
                 "disobey": "",
+                "load_ms": 0,
                 "tool_models": None,
             }
 

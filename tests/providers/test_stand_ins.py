@@ -99,7 +99,10 @@ async def test_retry_after_counts_down_to_the_earliest_breaker_probe(
         clock.advance(45)
         response = await refused_503(client)
         assert response.headers["Retry-After"] == "15"
-    assert (primary.calls, secondary.calls) == calls  # both passed over: nobody waited on them
+    # Both passed over: nobody waited on them but the trickle, a call to the provider whose
+    # cooldown ends first (the primary), at most one a second, which failed and changed nothing.
+    assert secondary.calls == calls[1]
+    assert primary.calls - calls[0] in (1, 2)
 
 
 async def test_an_app_that_takes_static_answers_only_gets_them_and_a_503_for_the_rest(
