@@ -22,6 +22,7 @@ from alerts.models import AlertEvent
 from billing.models import CallRecord
 from providers.engine.clients import PREFIX_LENGTH
 from providers.models import ClientApp, FailoverPolicy, Provider
+from providers.routing.trickle import TRICKLE_DETAIL
 
 # Ids per query: well under SQLite's limit on a statement's variables.
 _BATCH = 500
@@ -42,8 +43,8 @@ def collect(
     """The ledger's count of the requests (by id) and of the key's client since `since`,
     polled until both reach `expected` or `wait_s` has passed; and the alerts since `since`.
 
-    "calls": the attempts of the requests' rows that were made, and those skipped because the
-    breaker was open, as [started, done, provider, outcome, reason]: the request's start (the
+    "calls": the attempts of the requests' rows that were made (but the trickle's, let through
+    an open breaker by design), and those skipped because the breaker was open, as [started, done, provider, outcome, reason]: the request's start (the
     row's created_at, made at its end, less its latency_ms) and end in seconds from `origin`
     (the run's start, epoch s; `since` when not given). "key_known": whether this database
     holds the key's client app (False: most likely not the gateway's database); "timeouts":
@@ -85,6 +86,8 @@ def collect(
                 how = attempt.get("error_class") or attempt.get("outcome") or "?"
                 attempts[f"{attempt.get('provider', '?')}: {how}"] += 1
                 outcome, why = attempt.get("outcome", ""), attempt.get("error_class", "")
+                if str(attempt.get("detail", "")).startswith(TRICKLE_DETAIL):
+                    continue  # let through past an open breaker by design (routing/trickle.py)
                 if outcome != "skipped" or why == BREAKER_OPEN:
                     calls.append(
                         [round(started, 3), round(done, 3), attempt.get("provider", ""),

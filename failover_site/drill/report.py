@@ -1,4 +1,5 @@
-"""The drill's report: pure arithmetic over the collected samples (its text: report_text.py).
+"""The drill's report: the measures of the collected samples (measures.py), and the
+scenario's expectations held against them (its text: report_text.py).
 
 Times are seconds from the start of the run. "Served by the next tier" is read from when
 answers *came back*, not when requests were sent: a request sent just after the fault that
@@ -9,77 +10,46 @@ every serving process writes (the status is one process's view).
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
-from failover_site.drill.load import Reading, Sample
+from failover_site.drill.load import Sample
+from failover_site.drill.measures import (
+    OPEN_STATES,
+    SLOW_WAIT_S,
+    Inputs,
+    Ledger,
+    LedgerCall,
+    breaker_opened_at,
+    fault_to_next_tier,
+    faulted_first_answer,
+    first_state_at,
+    full_timeout_waits,
+    late_admissions,
+    per_second,
+    percentile,
+    real_answer_after_clear,
+    recovery,
+    since_start,
+)
 from failover_site.drill.scenarios import Expect
 
-SLOW_WAIT_S = 2.0
-NEXT_TIER_SHARE = 0.99
-# The share is read over what came back from then until the fault cleared: at least this many
-# answers, so a lone late answer doesn't count as traffic having moved.
-NEXT_TIER_MIN_ANSWERS = 5
-OPEN_STATES = ("open",)
-# Once a breaker has opened through one process, the others stop calling it within this.
-STOPPED_WITHIN_S = 1.0
-# The opening is known this late at most (a status reading every 0.25 s): its cooldown's end is
-# taken this early, so that a legitimate probe after the cooldown is never counted.
-OPENING_UNCERTAINTY_S = 0.25
-BREAKER_OPEN = "breaker_open"
-
-
-@dataclass(frozen=True)
-class Ledger:
-    """What the ledger held for the run: rows matched by the requests' ids, the rows of the
-    drill's client since the start (None when not read), how long the wait for them took."""
-
-    matched: int
-    client_rows: int | None
-    waited_s: float
-    ids_missing: int = 0  # requests that came back without a request id to match
-    # The matched rows by "tier: reason", and their attempts by "provider: outcome".
-    reasons: dict[str, int] = field(default_factory=dict)
-    attempts: dict[str, int] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class LedgerCall:
-    """An attempt in a ledger row of the run's requests: when its request started and ended (s
-    from the start of the run), the provider, how it ended ("ok", "error", "cancelled",
-    "skipped") and why (the skip's reason, the error's class)."""
-
-    started_at: float
-    done_at: float
-    provider: str
-    outcome: str
-    reason: str = ""
-
-
-@dataclass(frozen=True)
-class Inputs:
-    samples: Sequence[Sample]
-    readings: Sequence[Reading]
-    faulted_provider: str | None  # whose breaker is watched (None: no provider is faulted)
-    faulted_tier: str | None  # whose return is the recovery ("primary"), None: none
-    next_tiers: tuple[str, ...] | None
-    fault_at: float | None
-    clear_at: float | None  # when the (last) fault cleared; None: it lasted to the end
-    ledger: Ledger | None
-    alerts: Sequence[dict[str, Any]] = ()
-    skipped: int = 0
-    expect: Expect = field(default_factory=Expect)
-    # A flapping fault's first clear: the move to the next tier is read within its first "down".
-    first_clear_at: float | None = None
-    # The ledger's attempts that were made or skipped as breaker_open, and the policy's cooldown.
-    calls: Sequence[LedgerCall] = ()
-    cooldown_s: float | None = None
-    # The faulted provider's timeout (s; None: not known): a request that took this long waited
-    # it out.
-    faulted_timeout_s: float | None = None
+__all__ = [
+    "Inputs",
+    "Ledger",
+    "LedgerCall",
+    "Report",
+    "breaker_opened_at",
+    "build",
+    "fault_to_next_tier",
+    "full_timeout_waits",
+    "late_admissions",
+    "per_second",
+    "percentile",
+    "recovery",
+]
 
 
 @dataclass(frozen=True)
@@ -102,6 +72,10 @@ class Report:
     slowest: dict[str, Any] | None
     recovery_s: float | None
     breaker_closed_after_clear_s: float | None
+    # The faulted tier's first answer to a client, from the run's start; a provider's first real
+    # answer (primary or secondary) after the fault cleared, from the clearing.
+    faulted_first_answer_s: float | None
+    real_answer_after_clear_s: float | None
     # The faulted provider's calls admitted > 1 s after its breaker opened (None: not measured).
     late_admissions: dict[str, Any] | None
     # Requests sent from the fault on that took the faulted provider's full timeout or longer
@@ -120,8 +94,8 @@ def build(inputs: Inputs) -> Report:
     samples = list(inputs.samples)
     errors = [s for s in samples if not s.ok]
     broken = [s for s in errors if s.broken_stream and s.status == 200]
-    opened_at = _first_state_at(inputs, after=inputs.fault_at, states=OPEN_STATES)
-    closed_at = _first_state_at(inputs, after=inputs.clear_at, states=("closed",))
+    opened_at = first_state_at(inputs, after=inputs.fault_at, states=OPEN_STATES)
+    closed_at = first_state_at(inputs, after=inputs.clear_at, states=("closed",))
     ledger_ok = None
     if inputs.ledger is not None:
         ledger_ok = inputs.ledger.matched == len(samples) and inputs.ledger.client_rows in (
@@ -139,7 +113,7 @@ def build(inputs: Inputs) -> Report:
         per_second=per_second(samples),
         fault_at=inputs.fault_at,
         clear_at=inputs.clear_at,
-        fault_to_open_s=_since(opened_at, inputs.fault_at),
+        fault_to_open_s=since_start(opened_at, inputs.fault_at),
         breaker_opened=opened_at is not None,
         fault_to_next_tier_s=fault_to_next_tier(inputs),
         waits_over_2s=sum(s.latency_s > SLOW_WAIT_S for s in samples),
@@ -147,7 +121,9 @@ def build(inputs: Inputs) -> Report:
         p95_s=round(percentile([s.latency_s for s in samples], 95), 3),
         slowest=_slowest(samples),
         recovery_s=recovery(inputs),
-        breaker_closed_after_clear_s=_since(closed_at, inputs.clear_at),
+        breaker_closed_after_clear_s=since_start(closed_at, inputs.clear_at),
+        faulted_first_answer_s=faulted_first_answer(inputs),
+        real_answer_after_clear_s=real_answer_after_clear(inputs),
         late_admissions=late_admissions(inputs),
         full_timeout_waits=full_timeout_waits(inputs),
         alerts=list(inputs.alerts),
@@ -157,116 +133,6 @@ def build(inputs: Inputs) -> Report:
     )
     report.violations.extend(violations(report, inputs))
     return report
-
-
-def per_second(samples: Sequence[Sample]) -> list[dict[str, int]]:
-    """Per second of the run (by when each request was sent): how many each tier served, and
-    the client errors."""
-    if not samples:
-        return []
-    seconds = [Counter[str]() for _ in range(int(max(s.sent_at for s in samples)) + 1)]
-    for sample in samples:
-        seconds[int(sample.sent_at)][sample.tier if sample.ok else "error"] += 1
-    return [dict(counter) for counter in seconds]
-
-
-def fault_to_next_tier(inputs: Inputs) -> float | None:
-    """From the fault to the first answer from the next tier after which, until the fault
-    (first) cleared, at least 99 % of the answers came from the next tier (None: never, or no
-    next tier is meant). It starts with a next-tier answer: the few answers to requests in flight
-    before the fault, followed by silence while the rest wait out a timeout, are not traffic
-    having moved."""
-    if inputs.next_tiers is None or inputs.fault_at is None:
-        return None
-    clear = inputs.first_clear_at if inputs.first_clear_at is not None else inputs.clear_at
-    end = math.inf if clear is None else clear
-    window = sorted(
-        (s for s in inputs.samples if inputs.fault_at <= s.done_at < end),
-        key=lambda s: s.done_at,
-    )
-    on_next = [s.ok and s.tier in inputs.next_tiers for s in window]
-    # Walk back from the end: the earliest start whose suffix is at least 99 % on the next tier.
-    found: float | None = None
-    good = 0
-    for index in range(len(window) - 1, -1, -1):
-        good += on_next[index]
-        count = len(window) - index
-        if on_next[index] and count >= NEXT_TIER_MIN_ANSWERS and good >= NEXT_TIER_SHARE * count:
-            found = window[index].done_at
-    return _since(found, inputs.fault_at)
-
-
-def recovery(inputs: Inputs) -> float | None:
-    """From the fault clearing to the first answer from the faulted tier of a request sent
-    after it (None: not within the run, or nothing cleared)."""
-    if inputs.clear_at is None or inputs.faulted_tier is None:
-        return None
-    back = [
-        s.done_at
-        for s in inputs.samples
-        if s.ok and s.tier == inputs.faulted_tier and s.sent_at >= inputs.clear_at
-    ]
-    return _since(min(back), inputs.clear_at) if back else None
-
-
-def breaker_opened_at(inputs: Inputs) -> tuple[float, str] | None:
-    """The earliest sign after the fault that the faulted provider's breaker was open, and
-    where: a status reading, or the start of a request (any process's) that skipped it as
-    breaker_open in the ledger."""
-    status = _first_state_at(inputs, after=inputs.fault_at, states=OPEN_STATES)
-    seen = [] if status is None else [(status, "status")]
-    fault_at = math.inf if inputs.fault_at is None else inputs.fault_at
-    seen += [
-        (call.started_at, "ledger")
-        for call in inputs.calls
-        if call.provider == inputs.faulted_provider
-        and (call.outcome, call.reason) == ("skipped", BREAKER_OPEN)
-        and call.started_at >= fault_at
-    ]
-    return min(seen, default=None)
-
-
-def late_admissions(inputs: Inputs) -> dict[str, Any] | None:
-    """The calls made to the faulted provider by requests that started more than 1 s after its
-    breaker (first) opened and before its cooldown ended, and the latest such start after the
-    opening (None: the breaker never opened, or the cooldown is not known)."""
-    opened = breaker_opened_at(inputs)
-    if opened is None or inputs.cooldown_s is None or inputs.faulted_provider is None:
-        return None
-    at, seen_in = opened
-    start, until = at + STOPPED_WITHIN_S, at + inputs.cooldown_s - OPENING_UNCERTAINTY_S
-    made = [
-        call.started_at
-        for call in inputs.calls
-        if call.provider == inputs.faulted_provider and call.outcome != "skipped"
-    ]
-    late = [started - at for started in made if start < started < until]
-    latest = round(max(late), 2) if late else None
-    # Those within the first second, allowed: how many processes kept calling until they heard.
-    first = sum(at <= started <= start for started in made)
-    return {"provider": inputs.faulted_provider, "opened_at": round(at, 2),
-            "opened_seen_in": seen_in, "from": round(start, 2), "until": round(until, 2),
-            "calls": len(late), "latest_after_open_s": latest, "within_1s": first}  # fmt: skip
-
-
-def full_timeout_waits(inputs: Inputs) -> int | None:
-    """The requests sent from the fault on that took at least the faulted provider's timeout:
-    they waited it out instead of being moved on."""
-    if inputs.faulted_timeout_s is None or inputs.fault_at is None:
-        return None
-    return sum(
-        s.sent_at >= inputs.fault_at and s.latency_s >= inputs.faulted_timeout_s
-        for s in inputs.samples
-    )
-
-
-def percentile(values: Sequence[float], pct: float) -> float:
-    """The nearest-rank percentile (0 for no values)."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    rank = max(1, math.ceil(pct / 100 * len(ordered)))
-    return ordered[rank - 1]
 
 
 def violations(report: Report, inputs: Inputs) -> list[str]:
@@ -310,6 +176,12 @@ def _target_violations(report: Report, inputs: Inputs) -> list[str]:
                 f"traffic moved to the next tier {when} "
                 f"(within {expect.next_tier_within_s:g} s of the fault expected)"
             )
+    if expect.max_waits_over_2s is not None and report.waits_over_2s > expect.max_waits_over_2s:
+        found.append(
+            f"{report.waits_over_2s} requests waited more than 2 s "
+            f"(at most {expect.max_waits_over_2s} expected)"
+        )
+    found.extend(_answer_violations(report, expect))
     if expect.no_full_timeout and inputs.faulted_provider and inputs.fault_at is not None:
         waits = report.full_timeout_waits
         if waits is None:
@@ -323,17 +195,19 @@ def _target_violations(report: Report, inputs: Inputs) -> list[str]:
     return found
 
 
-def _first_state_at(inputs: Inputs, *, after: float | None, states: Sequence[str]) -> float | None:
-    if after is None or inputs.faulted_provider is None:
-        return None
-    for reading in inputs.readings:
-        if reading.at >= after and reading.breakers.get(inputs.faulted_provider) in states:
-            return reading.at
-    return None
-
-
-def _since(at: float | None, start: float | None) -> float | None:
-    return None if at is None or start is None else round(max(0.0, at - start), 2)
+def _answer_violations(report: Report, expect: Expect) -> list[str]:
+    found = []
+    within, first = expect.faulted_serves_within_s, report.faulted_first_answer_s
+    if within is not None and (first is None or first > within):
+        when = "never" if first is None else f"after {first:.2f} s"
+        found.append(
+            f"the faulted tier answered a client {when} (within {within:g} s of the start expected)"
+        )
+    within, first = expect.real_answer_within_s, report.real_answer_after_clear_s
+    if within is not None and (first is None or first > within):
+        when = "never" if first is None else f"{first:.2f} s after the recovery"
+        found.append(f"the first real answer came {when} (within {within:g} s of it expected)")
+    return found
 
 
 def _error_kind(sample: Sample) -> str:

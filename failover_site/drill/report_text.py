@@ -64,6 +64,8 @@ def text(report: Report, *, scenario: str, description: str, notes: Sequence[str
         ("waited a full timeout", "-" if r.full_timeout_waits is None else full),
         ("p95 / slowest", f"{_fmt(r.p95_s)} / {slowest}"),
         ("recovery after clear", recovery),
+        ("first real answer", f"{_fmt(r.real_answer_after_clear_s)} after the clear"),
+        ("faulted tier served", f"{_fmt(r.faulted_first_answer_s)} after the start"),
         ("alerts raised", str(len(r.alerts))),
     ]
     lines = [f"Drill: {scenario}", f"  {description}", *(f"  note: {n}" for n in notes), ""]

@@ -160,14 +160,22 @@ def _run(
 ) -> Outcome:
     for role, url in fake_urls.items():
         _reset_fake(role, url)
-    first = asyncio.run(load.ask(urls[0], key, stream=scenario.stream))
-    if first.status is None:
-        raise DrillError(f"the gateway at {urls[0]} did not answer: {first.error}")
-    if not first.ok or first.tier != PRIMARY:
-        notes.append(
-            f"before the fault the first request was answered by {first.tier or '-'} "
-            f"(HTTP {first.status}{', ' + first.error if first.error else ''})"
-        )
+    played_first: list[load.Played] = []
+    if scenario.cold:
+        # Broken before the first request: the gateway has no latency history of the provider.
+        played_first = asyncio.run(_play_now([a for a in actions if a.at <= 0], fake_urls, site))
+        actions = [a for a in actions if a.at > 0]
+        if site is None:
+            notes.append("a running gateway may already know the primary's latency: not cold")
+    else:
+        first = asyncio.run(load.ask(urls[0], key, stream=scenario.stream))
+        if first.status is None:
+            raise DrillError(f"the gateway at {urls[0]} did not answer: {first.error}")
+        if not first.ok or first.tier != PRIMARY:
+            notes.append(
+                f"before the fault the first request was answered by {first.tier or '-'} "
+                f"(HTTP {first.status}{', ' + first.error if first.error else ''})"
+            )
     plan = load.LoadPlan(
         urls=urls,
         key=key,
@@ -180,6 +188,7 @@ def _run(
     since = datetime.now(UTC)
     say(f"{scenario.name}: {rate:g} requests/s for {duration:g} s…")
     collected = asyncio.run(load.run(plan, _player(fake_urls, site)))
+    collected.played[:0] = played_first
     for played in collected.played:
         if played.error:
             notes.append(f"action {played.action.op} {played.action.target} failed: {played.error}")
@@ -269,6 +278,22 @@ def _reset_fake(role: str, url: str) -> None:
             f"the {role}'s fake provider at {url} answered its reset with HTTP "
             f"{response.status_code}: is it the project's fake provider?"
         )
+
+
+async def _play_now(
+    actions: list[Action], fake_urls: dict[str, str], site: EmbeddedSite | None
+) -> list[load.Played]:
+    """The actions due at the start, played before the load begins (at 0 s)."""
+    play = _player(fake_urls, site)
+    played = []
+    for action in actions:
+        try:
+            await play(action)
+        except (httpx.HTTPError, OSError, RuntimeError) as exc:
+            played.append(load.Played(0.0, action, f"{type(exc).__name__}: {exc}"))
+        else:
+            played.append(load.Played(0.0, action))
+    return played
 
 
 def _player(fake_urls: dict[str, str], site: EmbeddedSite | None) -> load.ActionHook:

@@ -50,6 +50,13 @@ class Expect:
     min_within_2s_pct: float | None = None
     next_tier_within_s: float | None = None
     no_full_timeout: bool = False
+    # At most this many requests waiting more than 2 s (None: any number).
+    max_waits_over_2s: int | None = None
+    # The faulted tier answering a client within this many seconds of the run's start (a model
+    # loading when the run starts), and a provider's real answer (primary or secondary) within
+    # this many seconds of the fault clearing (after a total outage).
+    faulted_serves_within_s: float | None = None
+    real_answer_within_s: float | None = None
 
 
 # Issue #13's targets for the black-holed primary ("the 3 a.m. scenario").
@@ -72,6 +79,9 @@ class Scenario:
     flap_s: float | None = None
     stream: bool = False
     redis: bool = False  # production mode: stop and restart Redis instead of a fake's fault
+    # The fault is in place before the first request (no warm-up request): the gateway meets
+    # the broken provider with no latency history of it.
+    cold: bool = False
     # Settings an operator of such a set-up would have: applied in embedded mode only.
     policy: dict[str, Any] = field(default_factory=dict)
     provider_changes: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -159,6 +169,56 @@ SCENARIOS: dict[str, Scenario] = {
             faulted="redis",
             next_tiers=None,
             expect=Expect(breaker_opens=None),
+        ),
+        Scenario(
+            "cold_blackhole",
+            "The primary hangs from the very first request (a gateway started beside a wedged "
+            "Ollama), so no call to it can be judged by a latency history: each waits at most "
+            "the first-byte bound (1.5 s) before the request goes on to the secondary, the call "
+            "running on. At least 95 % answered within 2 s, none waiting out the primary's "
+            "timeout, no client error.",
+            faults={PRIMARY: {"mode": "hang"}},
+            cold=True,
+            rate=50.0,
+            duration_s=20.0,
+            fault_at_s=0.0,
+            fault_for_s=None,
+            expect=Expect(breaker_opens=None, min_within_2s_pct=95.0, no_full_timeout=True),
+        ),
+        Scenario(
+            "cold_load",
+            "The primary's model is not in memory when the run starts (Ollama restarted): its "
+            "first call takes 8 s (a 7 s load, then 1 s), each one after it 1 s. The calls "
+            "waiting on the load go on to the secondary at the first-byte bound and run on; "
+            "the primary's breaker never opens, and it answers clients again within 10 s of "
+            "the start.",
+            faults={PRIMARY: {"mode": "loading", "load_ms": 7000, "delay_ms": 1000}},
+            cold=True,
+            next_tiers=None,
+            rate=10.0,
+            duration_s=20.0,
+            fault_at_s=0.0,
+            fault_for_s=None,
+            expect=Expect(breaker_opens=False, faulted_serves_within_s=10.0),
+        ),
+        Scenario(
+            "total_outage",
+            "Every provider answers 500 to everything (its health checks too) for 30 s under 5 "
+            "requests a second, then recovers: the stand-ins answer meanwhile with no request "
+            "waiting on a dead provider, and a provider's real answer comes within 5 s of the "
+            "recovery, though every breaker's cooldown has grown past that (one trickle call "
+            "at a time per process finds the first provider back; each breaker is probed the "
+            "moment its cooldown ends).",
+            faults={
+                PRIMARY: {"mode": "error", "status": 500, "scope": "all"},
+                SECONDARY: {"mode": "error", "status": 500, "scope": "all"},
+            },
+            next_tiers=FALLBACK_TIERS,
+            rate=5.0,
+            duration_s=45.0,
+            fault_at_s=5.0,
+            fault_for_s=30.0,
+            expect=Expect(max_waits_over_2s=0, real_answer_within_s=5.0),
         ),
         Scenario(
             "slow_normal",

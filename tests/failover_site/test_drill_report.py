@@ -382,3 +382,49 @@ class TestTimeline:
         assert scenario.policy["p95_latency_s"] > 8 and "p95 limit 10 s" in scenario.description
         assert scenario.faults["primary"] == {"mode": "slow", "delay_ms": 6000, "jitter_ms": 2000}
         assert scenario.expect.breaker_opens is False
+
+
+class TestOutAndBackIn:
+    """The cold and total-outage scenarios' measures: the faulted tier's first answer from the
+    start, and the first real answer after the clear."""
+
+    def test_a_loading_primary_serves_again_within_its_bound_or_it_is_a_violation(self):
+        expect = SCENARIOS["cold_load"].expect
+        samples = [ok(i / 2, 0.05, "secondary") for i in range(16)] + [ok(8.2, 1.0)]
+        found = inputs(samples, fault_at=0.0, clear_at=None, next_tiers=None, expect=expect)
+        built = report.build(found)
+        assert built.faulted_first_answer_s == 9.2 and built.violations == []
+        late = inputs(samples[:-1] + [ok(10.5, 1.0)], fault_at=0.0, clear_at=None,
+                      next_tiers=None, expect=expect)  # fmt: skip
+        assert report.build(late).violations == [
+            "the faulted tier answered a client after 11.50 s (within 10 s of the start expected)"
+        ]
+        assert "faulted tier served" in report_text.text(built, scenario="cold_load",
+                                                         description="")  # fmt: skip
+
+    def test_the_first_real_answer_after_a_total_outage_is_timed_from_the_clear(self):
+        expect = SCENARIOS["total_outage"].expect
+        stand_ins = [ok(2 + i / 5, 0.02, "static") for i in range(50)]
+        found = inputs(
+            stand_ins + [ok(12.5, 0.1, "secondary")], clear_at=12.0,
+            next_tiers=("static",), expect=expect,
+        )  # fmt: skip
+        built = report.build(found)
+        assert built.real_answer_after_clear_s == 0.6
+        assert not [v for v in built.violations if "real answer" in v or "2 s" in v]
+        none = report.build(inputs(stand_ins, clear_at=12.0, next_tiers=("static",),
+                                   expect=expect))  # fmt: skip
+        assert "the first real answer came never (within 5 s of it expected)" in none.violations
+
+    def test_a_request_waiting_on_a_dead_provider_breaks_the_total_outage(self):
+        expect = SCENARIOS["total_outage"].expect
+        samples = [ok(2.0, 2.5, "static"), ok(13.0, 0.1, "primary")]
+        built = report.build(inputs(samples, clear_at=12.0, next_tiers=("static",), expect=expect))
+        assert "1 requests waited more than 2 s (at most 0 expected)" in built.violations
+
+    def test_a_cold_scenario_breaks_the_primary_at_the_start_for_the_whole_run(self):
+        for name in ("cold_blackhole", "cold_load"):
+            scenario = SCENARIOS[name]
+            assert scenario.cold and scenario.fault_at_s == 0.0
+            actions = timeline(scenario, fault_at=0.0, fault_for=None, duration=20.0)
+            assert [(a.at, a.target, a.op) for a in actions] == [(0.0, "primary", "fault")]
