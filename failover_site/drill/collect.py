@@ -44,8 +44,9 @@ def collect(
     polled until both reach `expected` or `wait_s` has passed; and the alerts since `since`.
 
     "calls": the attempts of the requests' rows that were made (but the trickle's, let through
-    an open breaker by design), and those skipped because the breaker was open, as [started, done, provider, outcome, reason]: the request's start (the
-    row's created_at, made at its end, less its latency_ms) and end in seconds from `origin`
+    an open breaker by design), and those skipped because the breaker was open, as [started,
+    done, provider, outcome, reason]: the request's start (the row's created_at, made at its
+    end, less its latency_ms) and end in seconds from `origin`
     (the run's start, epoch s; `since` when not given). "key_known": whether this database
     holds the key's client app (False: most likely not the gateway's database); "timeouts":
     each provider's timeout in seconds, by name."""
