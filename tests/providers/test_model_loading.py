@@ -116,9 +116,7 @@ async def test_a_load_past_its_grace_counts_as_a_failed_check(store):  # noqa: F
         )
     assert state.window == (True, True, True, False, False)
     assert state.status == Health.HEALTHY  # two bad of five: not yet degraded
-    state = await store.health_record(
-        NAME, True, now=T0 + 200, loading_grace_s=GRACE_S, **WINDOW
-    )
+    state = await store.health_record(NAME, True, now=T0 + 200, loading_grace_s=GRACE_S, **WINDOW)
     assert state.status == Health.DEGRADED  # a load that never ends is a failure
 
 
