@@ -241,34 +241,23 @@ local status, since = cur[1] or 'unknown', cur[2] or '0'
 local n = tonumber(ARGV[3])
 local result, grace, loading_since = ARGV[1], tonumber(ARGV[8]), '0'
 if grace > 0 then
-  loading_since = cur[4] or '0'
-  if loading_since == '0' then loading_since = ARGV[2] end
+  loading_since = (not cur[4] or cur[4] == '0') and ARGV[2] or cur[4]
   if tonumber(ARGV[2]) - tonumber(loading_since) >= grace then result = '0' end
 end
-local loading = grace > 0 and result == '1'
 local win = (cur[3] or '') .. result
 if #win > n then win = string.sub(win, #win - n + 1) end
 local bad = 0
-for i = 1, #win do
-  if string.sub(win, i, i) == '0' then bad = bad + 1 end
-end
+for i = 1, #win do if string.sub(win, i, i) == '0' then bad = bad + 1 end end
 local clean = #win >= n and bad == 0
 local new = status
-if loading then
-  new = 'loading'
+if grace > 0 and result == '1' then new = 'loading'
 elseif status == 'degraded' then
-  if clean then
-    new = 'healthy'
-  elseif tonumber(ARGV[2]) - tonumber(since) >= tonumber(ARGV[5]) then
-    new = 'down'
-  end
+  if clean then new = 'healthy'
+  elseif tonumber(ARGV[2]) - tonumber(since) >= tonumber(ARGV[5]) then new = 'down' end
 elseif status == 'down' then
   if clean then new = 'healthy' end
-elseif bad >= tonumber(ARGV[4]) then
-  new = 'degraded'
-else
-  new = 'healthy'
-end
+elseif bad >= tonumber(ARGV[4]) then new = 'degraded'
+else new = 'healthy' end
 if new ~= status then since = ARGV[2] end
 redis.call('HSET', KEYS[1], 'status', new, 'since', since, 'window', win,
            'detail', ARGV[6], 'checked_at', ARGV[2], 'loading_since', loading_since)
