@@ -127,12 +127,16 @@ async def ask(api: httpx.AsyncClient, prompt: str = "Say hello.", **fields) -> h
 async def round_trips_of_steady_requests(
     api: httpx.AsyncClient, monkeypatch, times: int = 5, tier: str = "primary"
 ):
-    """How many Redis exchanges each of `times` plain requests made itself (after two that warm
-    the readings up), counted where redis-py sends a command; the background poller and the
-    ledger run in tasks of their own and are not counted."""
+    """How many Redis exchanges each of `times` plain requests made itself (after the ones that
+    warm the readings and the providers' latency history up: a call without a history runs in
+    a task of its own, `routing/hedge.py`), counted where redis-py sends a command; the
+    background poller and the ledger run in tasks of their own and are not counted."""
     import redis.asyncio.connection as connection
 
-    for _ in range(2):  # the first request reads the breaker; later ones ride on the replies
+    from providers.routing.breaker_watch import MIN_SAMPLES
+
+    # The first request reads the breaker; later ones ride on the replies.
+    for _ in range(MIN_SAMPLES):
         assert (await ask(api)).json()["tier"] == tier
     request_task = asyncio.current_task()
     sent: list[object] = []

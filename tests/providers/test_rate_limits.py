@@ -10,6 +10,7 @@ from asgiref.sync import sync_to_async
 
 from providers.api.access import address_subject
 from providers.engine.rate import Limits, judge, rate_keys, retry_after
+from providers.routing.breaker_watch import MIN_SAMPLES
 from providers.state.memory_store import MemoryStore
 from tests.factories import make_client_app
 from tests.providers.conftest import round_trips_of_steady_requests
@@ -125,7 +126,7 @@ async def test_a_request_of_a_limited_app_far_from_its_limit_still_makes_one_rou
     # Every request was counted, though none spent a round trip of its own on it.
     keys = rate_keys(f"app:{app.name}", gateway.clock.wall())
     _, counts = await gateway.store.read("ollama-local", [keys.requests_prev, keys.requests_now])
-    assert counts[keys.requests_prev] + counts[keys.requests_now] == 7
+    assert counts[keys.requests_prev] + counts[keys.requests_now] == MIN_SAMPLES + 5
 
 
 @pytest.mark.backend_free
