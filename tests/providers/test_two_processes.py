@@ -129,8 +129,8 @@ def test_half_open_probes_are_n_in_total_across_processes(serving_processes, pri
     for _ in range(3):
         _ask(first)
     calls_when_opened = primary.calls
-    time.sleep(1.2)  # the cooldown (1 s) passes
     primary.set_fault(mode="slow", delay_ms=400)
+    time.sleep(1.2)  # the cooldown (1 s) passes
 
     async def burst() -> list[dict]:
         async with httpx.AsyncClient(timeout=10, headers=AUTH) as client:
@@ -143,8 +143,10 @@ def test_half_open_probes_are_n_in_total_across_processes(serving_processes, pri
         return [r.json() for r in responses]
 
     answers = asyncio.run(burst())
+    # Three probe calls in all: the requests' and those each process's recovery job sends the
+    # moment the cooldown ends (a one-token check each) share the same three slots.
     assert primary.calls - calls_when_opened == 3
-    assert sum(a["provider"] == "ollama-local" for a in answers) == 3
+    assert sum(a["provider"] == "ollama-local" for a in answers) <= 3
 
 
 def test_every_request_of_both_processes_reaches_the_ledger(serving_processes, primary):
