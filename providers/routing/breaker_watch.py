@@ -74,6 +74,10 @@ class StuckWatch:
     def threshold(self, name: str, kind: str, policy: PolicyConfig) -> float:
         return breaker.stuck_after(self.latencies.p99(f"{kind}:{name}"), policy)
 
+    def has_history(self, name: str, kind: str) -> bool:
+        """Whether `name` has answered often enough here for its `kind` to be judged by."""
+        return self.latencies.p99(f"{kind}:{name}") is not None
+
     def note(self, name: str, kind: str, seconds: float) -> None:
         """A provider's answer (`answer`), first token (`first_token`) or longest pause in a
         stream (`gap`) took `seconds`: its stuck threshold's measure."""

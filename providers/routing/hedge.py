@@ -48,7 +48,7 @@ def hedge_bound(walk: Walk, ticket: Ticket, *, may_hedge: bool) -> float | None:
         if not may_hedge:
             return None
         kind = "first_token" if walk.request.stream else "answer"
-        if walk.ports.stuck.latencies.p99(f"{kind}:{ticket.provider.name}") is not None:
+        if walk.ports.stuck.has_history(ticket.provider.name, kind):
             return None  # judged by its history: the stuck rule
     bound = walk.policy.first_byte_bound_s
     time_left = min(ticket.provider.timeout_s, walk.deadline - ticket.started)

@@ -168,17 +168,26 @@ async def ledger_rows(gateway: Gateway) -> list:
 
 async def update_policy(**values) -> None:
     """Change the policy as an operator would (a recorded change, which bumps the version)."""
+    await _update_row(policy_get, values)
+
+
+async def update_provider(name: str, **values) -> None:
+    """Change a provider as an operator would (a recorded change, which bumps the version)."""
+    await _update_row(lambda: Provider.objects.get(name=name), values)
+
+
+async def _update_row(get_row: Callable[[], object], values: dict) -> None:
     from providers.services.audit import config_change_record, instance_snapshot
 
     def change() -> None:
-        policy = policy_get()
-        before = instance_snapshot(policy)
+        row = get_row()
+        before = instance_snapshot(row)
         for key, value in values.items():
-            setattr(policy, key, value)
-        policy.full_clean()
-        policy.save()
+            setattr(row, key, value)
+        row.full_clean()
+        row.save()
         config_change_record(
-            target=policy, action="update", before=before, after=instance_snapshot(policy)
+            target=row, action="update", before=before, after=instance_snapshot(row)
         )
 
     await sync_to_async(change)()

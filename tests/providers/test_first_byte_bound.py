@@ -7,33 +7,11 @@ from __future__ import annotations
 import asyncio
 import time
 
-from asgiref.sync import sync_to_async
-
 from providers.engine.breaker import BreakerState, State
 from providers.routing.breaker_watch import MIN_SAMPLES
-from tests.providers.conftest import ask, ledger_rows, update_policy
+from tests.providers.conftest import ask, ledger_rows, update_policy, update_provider
 
 BOUND_S = 0.3
-
-
-async def update_provider(gateway, name: str, **values) -> None:
-    """Change a provider as an operator would (a recorded change, which bumps the version)."""
-    from providers.models import Provider
-    from providers.services.audit import config_change_record, instance_snapshot
-
-    def change() -> None:
-        row = Provider.objects.get(name=name)
-        before = instance_snapshot(row)
-        for key, value in values.items():
-            setattr(row, key, value)
-        row.full_clean()
-        row.save()
-        config_change_record(
-            target=row, action="update", before=before, after=instance_snapshot(row)
-        )
-
-    await sync_to_async(change)()
-    await gateway.snapshots.refresh()
 
 
 async def _timed(api) -> tuple[float, dict]:
@@ -54,7 +32,7 @@ async def test_a_primary_that_hangs_from_its_first_request_is_left_at_the_bound(
     api, gateway, primary, secondary
 ):
     await update_policy(first_byte_bound_s=BOUND_S)
-    await update_provider(gateway, "ollama-local", timeout_s=1.5)
+    await update_provider("ollama-local", timeout_s=1.5)
     primary.set_fault(mode="hang")
     answers = await asyncio.gather(*(_timed(api) for _ in range(4)))
     assert all(body["provider"] == "openai-cloud" for _, body in answers)
@@ -132,7 +110,7 @@ async def test_a_half_open_probe_is_hedged_and_its_late_answer_closes_the_breake
 
 async def test_a_loading_model_is_not_punished_for_its_load(api, gateway, primary, secondary):
     await update_policy(first_byte_bound_s=BOUND_S, consecutive_failures=1)
-    await update_provider(gateway, "ollama-local", timeout_s=1.0)
+    await update_provider("ollama-local", timeout_s=1.0)
     primary.set_fault(mode="loading", load_ms=2500)  # longer than the primary's timeout
     seconds, body = await _timed(api)
     assert body["provider"] == "openai-cloud" and seconds < BOUND_S + 0.7
@@ -148,7 +126,7 @@ async def test_a_wedged_model_is_counted_where_a_loading_one_is_not(
     api, gateway, primary, secondary
 ):
     await update_policy(first_byte_bound_s=BOUND_S, consecutive_failures=1)
-    await update_provider(gateway, "ollama-local", timeout_s=1.0)
+    await update_provider("ollama-local", timeout_s=1.0)
     primary.set_fault(mode="hang")  # /api/ps lists the model as loaded: wedged
     seconds, body = await _timed(api)
     assert body["provider"] == "openai-cloud"
