@@ -6,9 +6,14 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 BIN := $(VENV)/bin
 
-# The services pass of the suite: PostgreSQL and Redis (a db index of its own, the tests flush it).
+# The services pass of the suite: PostgreSQL and Redis. Each worker of each checkout gets a test
+# database of its own (test_test_<checkout>_<worker>) and claims a free Redis db of 1-15
+# (tests/isolation.py), so two checkouts can run the suite at once.
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
-TEST_REDIS_URL ?= redis://127.0.0.1:6379/13
+TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
+# pytest-xdist workers per pass: most of a test's time is waiting on loopback, so more than
+# the machine's cores.
+TEST_WORKERS ?= 4
 PYTEST_ARGS ?=
 # Debian's Chromium, for the control room's browser tests (never a downloaded browser).
 CHROMIUM ?= /usr/bin/chromium
@@ -68,14 +73,15 @@ $(NGINX):
 
 test-embedded: $(VENV)/.installed $(CHROMIUM) $(NGINX)
 	env -u DATABASE_URL -u REDIS_URL -u CELERY_BROKER_URL ENV_FILE= DEBUG=true \
-		$(BIN)/pytest -m "not services" $(PYTEST_ARGS)
+		$(BIN)/pytest -m "not services" -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 # Set REQUIRE_SERVICES=1 (CI does) to fail instead of skipping when the services are down, and
-# to fail any test that skips.
+# to fail any test that skips. The browser tests drive the control room once, in the embedded
+# pass; the admin on PostgreSQL and Redis is tested here without a browser.
 test-services: $(VENV)/.installed $(CHROMIUM) $(NGINX)
 	ENV_FILE= DEBUG=true DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) \
 		FAILOVER_TEST_PASS=services FAILOVER_REQUIRE_SERVICES=$(REQUIRE_SERVICES) \
-		$(BIN)/pytest -m "not backend_free" $(PYTEST_ARGS)
+		$(BIN)/pytest -m "not backend_free and not browser" -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 ## check: lint, types and the whole suite
 check: lint typecheck test

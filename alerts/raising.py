@@ -353,6 +353,10 @@ class _Throttle:
             self._last[key] = now
             return True
 
+    def clear(self) -> None:
+        with self._lock:
+            self._last.clear()
+
 
 request_throttle = _Throttle(every_s=10.0)
 

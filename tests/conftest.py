@@ -1,17 +1,55 @@
 """The suite runs twice: embedded (SQLite, in-process state; `services` tests deselected) and on
 PostgreSQL + Redis (FAILOVER_TEST_PASS=services, everything). With FAILOVER_REQUIRE_SERVICES=1,
-as in CI, unreachable services fail the pass and any skipped test counts as a failure."""
+as in CI, unreachable services fail the pass and any skipped test counts as a failure. Each
+xdist worker of each checkout has a test database and a Redis db of its own (`tests/isolation.py`).
+"""
 
 from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Iterator
 
 import pytest
 from django.conf import settings
 
+from alerts.raising import request_throttle
+from providers.fake_provider import FakeProvider
+from tests.isolation import RedisClaim, point_at_claimed_redis, test_database_name
+
 SERVICES_PASS = os.environ.get("FAILOVER_TEST_PASS") == "services"
 REQUIRE_SERVICES = os.environ.get("FAILOVER_REQUIRE_SERVICES") == "1"
+_redis_claim: RedisClaim | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _redis_claim
+    # Hashing with Django's default (a million PBKDF2 rounds) is most of what making a user or
+    # logging one in costs; no test is about the hash's strength.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    runs_tests = not getattr(config.option, "numprocesses", None) or hasattr(config, "workerinput")
+    if SERVICES_PASS and settings.REDIS_URL and runs_tests:
+        import redis
+
+        try:
+            _redis_claim = RedisClaim(settings.REDIS_URL)
+        except redis.RedisError:
+            return  # pytest_sessionstart says Redis is unreachable
+        point_at_claimed_redis(settings, _redis_claim)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _redis_claim is not None:
+        _redis_claim.release()
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings() -> None:
+    """The test database named for this checkout and this worker (pytest-django's own suffix
+    would name it for the worker only)."""
+    for database in settings.DATABASES.values():
+        if database["ENGINE"] != "django.db.backends.sqlite3":
+            database.setdefault("TEST", {})["NAME"] = test_database_name(database["NAME"])
 
 
 def _unreachable_services() -> list[str]:
@@ -69,6 +107,28 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
 def _services_only_where_configured(request: pytest.FixtureRequest) -> None:
     if request.node.get_closest_marker("services") and not SERVICES_PASS:
         pytest.skip("needs PostgreSQL and Redis: runs in the services pass")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_alert_throttle() -> None:
+    """The request path's alert throttle is the process's: one test's static-tier answer must not
+    keep the next test's alert from being raised."""
+    request_throttle.clear()
+
+
+@pytest.fixture(scope="session")
+def primary_fake() -> Iterator[FakeProvider]:
+    """The routing tests' self-hosted model, started once per worker: the `primary` fixture
+    restores it before and after each test (`FakeProvider.restore`)."""
+    with FakeProvider(models=["llama3.1:8b"], text="Hello from the local model.") as fake:
+        yield fake
+
+
+@pytest.fixture(scope="session")
+def secondary_fake() -> Iterator[FakeProvider]:
+    """The cloud model, shared the same way (the `secondary` fixture)."""
+    with FakeProvider(models=["gpt-4o-mini"], text="Hello from the cloud model.") as fake:
+        yield fake
 
 
 @pytest.fixture

@@ -112,6 +112,13 @@ class FakeProviderServer(uvicorn.Server):
         )
         return protocol
 
+    async def drop_connections(self) -> None:
+        self._drop_connections()
+
+    @property
+    def refusing(self) -> bool:
+        return self._refusing
+
     def _drop_connections(self, keep: object = None) -> None:
         for connection in list(self.server_state.connections):
             transport = getattr(connection, "transport", None)
@@ -241,6 +248,19 @@ class FakeProvider(LoopbackServer):
 
     def reset(self) -> None:
         self.state.reset()
+
+    def restore(self) -> None:
+        """As if just started, on the same port: running (a stopped fake starts again, a refusing
+        one is restarted), every connection dropped (a hanging call ends), the config and the
+        counts its own again. For a harness that shares one fake between tests."""
+        server = self._server
+        loop = server.loop if server is not None and not server.refusing else None
+        if server is None or loop is None:
+            self.stop()
+            self.start()
+        else:
+            asyncio.run_coroutine_threadsafe(server.drop_connections(), loop).result(_TIMEOUT)
+        self.reset()
 
     def refuse(self, seconds: float) -> bool:
         """Refuse connections for `seconds` (as POST /_control/refuse does); returns once the

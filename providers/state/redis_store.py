@@ -54,8 +54,9 @@ SOCKET_TIMEOUT_S = 0.5
 class RedisStore(StateStore):
     backend = "redis"
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, socket_timeout_s: float = SOCKET_TIMEOUT_S) -> None:
         self.url = url
+        self.socket_timeout_s = socket_timeout_s
         # An asyncio client belongs to the event loop it was made on: one per loop.
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
             weakref.WeakKeyDictionary()
@@ -69,8 +70,8 @@ class RedisStore(StateStore):
             client = aioredis.Redis.from_url(
                 self.url,
                 decode_responses=True,
-                socket_connect_timeout=SOCKET_TIMEOUT_S,
-                socket_timeout=SOCKET_TIMEOUT_S,
+                socket_connect_timeout=self.socket_timeout_s,
+                socket_timeout=self.socket_timeout_s,
             )
             entry = self._clients[loop] = (
                 client,

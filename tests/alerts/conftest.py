@@ -38,12 +38,6 @@ def _loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(httpx.HTTPTransport, "handle_request", handle_request)
 
 
-@pytest.fixture(autouse=True)
-def _fast_passwords(settings) -> None:
-    # The admin tests log in a superuser each: the real hasher would be most of their time.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def receiver() -> Iterator[FakeReceiver]:
     with FakeReceiver() as fake:

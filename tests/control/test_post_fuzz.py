@@ -160,7 +160,6 @@ def world(settings) -> None:
             "LOCATION": "post-fuzz",  # not the embedded pass's own memory cache
         }
     }
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     gateway = Gateway(store=MemoryStore())
     set_gateway(gateway)
     status_permission()

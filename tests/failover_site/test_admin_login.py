@@ -31,9 +31,7 @@ OPERATOR = "198.51.100.200"
 
 
 @pytest.fixture(autouse=True)
-def _fresh_counters(settings):
-    # A fast hasher: these tests try dozens of passwords.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+def _fresh_counters():
     cache.clear()
     yield
     cache.clear()

@@ -43,15 +43,18 @@ class FakeClock:
 
 
 @pytest.fixture
-def primary() -> Iterator[FakeProvider]:
-    with FakeProvider(models=["llama3.1:8b"], text="Hello from the local model.") as fake:
-        yield fake
+def primary(primary_fake: FakeProvider) -> Iterator[FakeProvider]:
+    """The primary's fake (one per worker: `tests/conftest.py`), as if just started."""
+    primary_fake.restore()
+    yield primary_fake
+    primary_fake.restore()  # a call the test left hanging ends now
 
 
 @pytest.fixture
-def secondary() -> Iterator[FakeProvider]:
-    with FakeProvider(models=["gpt-4o-mini"], text="Hello from the cloud model.") as fake:
-        yield fake
+def secondary(secondary_fake: FakeProvider) -> Iterator[FakeProvider]:
+    secondary_fake.restore()
+    yield secondary_fake
+    secondary_fake.restore()
 
 
 @pytest.fixture
