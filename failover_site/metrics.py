@@ -34,10 +34,10 @@ be this module's to get right. Multi-process mode's increment is a store into a 
 page (no system call once a label set has its slot, made the first time it is seen; nothing
 waited for; on tmpfs nothing reaches a disk): exact at once, a dead worker's counts kept, no
 Redis needed. Its price is operational: PROMETHEUS_MULTIPROC_DIR (on tmpfs) must be set and
-emptied before the workers start (`make run` and the README's production commands do), or the
-files of past processes pile up and slow the scrape (the 64-file figure). It covers one
-machine: Prometheus scrapes each machine and sums the counters; the scrape-time gauges are the
-shared state's, the same on every machine (take their `max`).
+emptied before the workers start (`make run` and the production commands of
+docs/operations.md do), or the files of past processes pile up and slow the scrape (the 64-file
+figure). It covers one machine: Prometheus scrapes each machine and sums the counters; the
+scrape-time gauges are the shared state's, the same on every machine (take their `max`).
 Without the variable (one process: `make run`, the tests) the counters are this process's.
 Celery workers count nothing: what they do (alert deliveries) is read from its rows.
 """

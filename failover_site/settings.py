@@ -359,7 +359,7 @@ for _setting, _networks in (
         raise ImproperlyConfigured(f"{_setting}: {_error}") from None
 # Several serving processes on one machine: prometheus-client's multi-process mode, which reads
 # this variable itself. Set it where the workers start, for the command that empties the
-# directory before they do to see it too (README, "Running in production").
+# directory before they do to see it too (docs/operations.md, "Running in production").
 _metrics_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR", "")
 if _metrics_dir and not Path(_metrics_dir).is_dir():
     raise ImproperlyConfigured(f"PROMETHEUS_MULTIPROC_DIR: {_metrics_dir} is not a directory.")

@@ -157,7 +157,7 @@ def violations(report: Report, inputs: Inputs) -> list[str]:
 
 
 def _target_violations(report: Report, inputs: Inputs) -> list[str]:
-    """The issue's targets the scenario holds the run to (Expect's `min_within_2s_pct`,
+    """The targets the scenario holds the run to (Expect's `min_within_2s_pct`,
     `next_tier_within_s`, `no_full_timeout`)."""
     expect, found = inputs.expect, []
     if expect.min_within_2s_pct is not None and report.answered_within_2s_pct < (

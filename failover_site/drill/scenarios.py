@@ -44,7 +44,7 @@ class Expect:
     # streams are reported, and allowed when this is True.
     broken_streams_allowed: bool = False
     ledger_exact: bool = True
-    # The issue's targets for a hung (or refusing) primary: at least this share of the requests
+    # The targets for a hung (or refusing) primary: at least this share of the requests
     # answered within 2 s (%), traffic on the next tier within this many seconds of the fault,
     # and no request sent after the fault waiting out the faulted provider's whole timeout.
     min_within_2s_pct: float | None = None
@@ -59,7 +59,7 @@ class Expect:
     real_answer_within_s: float | None = None
 
 
-# Issue #13's targets for the black-holed primary ("the 3 a.m. scenario").
+# The targets for the black-holed primary ("the 3 a.m. scenario").
 FAILOVER_TARGETS = Expect(min_within_2s_pct=95.0, next_tier_within_s=2.0, no_full_timeout=True)
 
 

@@ -1,7 +1,7 @@
-"""The caller's address behind Debian's nginx, set up as the README's production section says
-(its uvicorn flags, its TRUSTED_PROXY_HOPS, its nginx upstream and `location /`), and behind
-uvicorn's old unsafe flags (`--proxy-headers --forwarded-allow-ips '*'`): a client writing
-X-Forwarded-For values never gets a new anonymous rate window, the probes' detail, past the
+"""The caller's address behind Debian's nginx, set up as docs/operations.md's "Running in
+production" says (its uvicorn flags, its TRUSTED_PROXY_HOPS, its nginx upstream and `location /`),
+and behind uvicorn's old unsafe flags (`--proxy-headers --forwarded-allow-ips '*'`): a client
+writing X-Forwarded-For values never gets a new anonymous rate window, the probes' detail, past the
 metrics' allow-list or out of its address's log-in count.
 
 Real processes over loopback: nginx with its own configuration in a temporary prefix, in front
@@ -32,7 +32,7 @@ import pytest
 from tests.failover_site.test_make_run import running_platform  # noqa: F401 - a fixture
 
 ROOT = Path(__file__).resolve().parents[2]
-README = (ROOT / "README.md").read_text()
+OPERATIONS = (ROOT / "docs" / "operations.md").read_text()
 NGINX = os.environ.get("NGINX", "/usr/sbin/nginx")
 ALLOWED = "127.0.0.2"  # the only address the probes' detail and /metrics are open to
 MAX_FAILURES = 2  # the gateways' ADMIN_LOGIN_MAX_FAILURES
@@ -46,12 +46,12 @@ UNSAFE_FLAGS = ["--proxy-headers", "--forwarded-allow-ips", "*"]
 
 
 def _production_block() -> str:
-    section = README.split("## Running in production", 1)[1]
+    section = OPERATIONS.split("## Running in production", 1)[1]
     return re.search(r"```sh\n(.*?)```", section, re.S).group(1).replace("\\\n", " ")
 
 
 def _nginx_block() -> str:
-    section = README.split("## Running in production", 1)[1]
+    section = OPERATIONS.split("## Running in production", 1)[1]
     found = re.search(r"```nginx\n(.*?)```", section, re.S)
     assert found, "the production section shows nginx's configuration"
     return found.group(1)
@@ -71,10 +71,10 @@ def _inside(text: str, opening: str) -> list[str]:
             return lines
         if stripped:
             lines.append(stripped)
-    raise AssertionError(f"no `{opening} {{` block in the README's nginx configuration")
+    raise AssertionError(f"no `{opening} {{` block in the documented nginx configuration")
 
 
-def readme_uvicorn_flags() -> list[str]:
+def documented_uvicorn_flags() -> list[str]:
     line = next(
         line.strip()
         for line in _production_block().splitlines()
@@ -83,7 +83,7 @@ def readme_uvicorn_flags() -> list[str]:
     return shlex.split(line)[2:]
 
 
-def readme_hops() -> int:
+def documented_hops() -> int:
     found = re.search(r"\bTRUSTED_PROXY_HOPS=(\d+)", _production_block())
     return int(found.group(1)) if found else 0
 
@@ -99,14 +99,16 @@ class Setup:
     warns: bool
 
 
-README_SETUP = Setup("readme", tuple(readme_uvicorn_flags()), readme_hops(), True, False)
+DOCUMENTED_SETUP = Setup(
+    "documented", tuple(documented_uvicorn_flags()), documented_hops(), True, False
+)
 _UNSAFE = tuple(
     flag
-    for flag in README_SETUP.uvicorn_flags
+    for flag in DOCUMENTED_SETUP.uvicorn_flags
     if flag not in {"--no-proxy-headers", "--proxy-headers"}
 ) + tuple(UNSAFE_FLAGS)
 SETUPS = [
-    README_SETUP,
+    DOCUMENTED_SETUP,
     Setup("unsafe-flags-no-hops", _UNSAFE, 0, False, True),
     Setup("unsafe-flags-one-hop", _UNSAFE, 1, True, True),
 ]
@@ -355,9 +357,9 @@ def test_the_operator_is_told_once_to_turn_uvicorns_proxy_headers_off(served, se
     assert told == (1 if setup.warns else 0)
 
 
-def test_the_readme_runs_uvicorn_without_its_proxy_headers_behind_one_proxy():
-    assert "--no-proxy-headers" in README_SETUP.uvicorn_flags
-    assert README_SETUP.hops == 1
+def test_the_documented_setup_runs_uvicorn_without_its_proxy_headers_behind_one_proxy():
+    assert "--no-proxy-headers" in DOCUMENTED_SETUP.uvicorn_flags
+    assert DOCUMENTED_SETUP.hops == 1
     assert "proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;" in _inside(
         _nginx_block(), "location /"
     )

@@ -1,5 +1,6 @@
-"""The documentation matches the code: the README and .env.example name every variable the
-settings read, and every file, folder and module the documents name exists."""
+"""The documentation matches the code: the configuration page and .env.example name every
+variable the settings read, every file, folder and module the documents name exists, and the
+README stays a short page that links every page of docs/."""
 
 from __future__ import annotations
 
@@ -16,7 +17,11 @@ READ_IN_SETTINGS = set(re.findall(r"""env(?:\.\w+)?\(\s*["']([A-Z_]+)["']""", SE
     re.findall(r"""os\.environ\.get\(\s*["']([A-Z_]+)["']""", SETTINGS)
 )
 
-DOCUMENTS = ("docs/architecture.md", "README.md", "bench/README.md")
+DOCUMENTS = ("README.md", "bench/README.md") + tuple(
+    sorted(path.relative_to(ROOT).as_posix() for path in (ROOT / "docs").glob("*.md"))
+)
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+README_MAX_LINES = 200
 # A path the documents give from the repository's root starts with one of these.
 ROOTS = ("failover_site", "providers", "billing", "alerts", "tests", "bench", "templates", "docs")
 PATH = re.compile(rf"(?<![\w./-])((?:{'|'.join(ROOTS)})/[\w./-]*)")
@@ -78,13 +83,25 @@ def test_env_example_lists_every_variable():
     assert READ_IN_SETTINGS - listed == set()
 
 
-def test_the_readme_lists_every_variable():
-    readme = (ROOT / "README.md").read_text()
-    assert {name for name in READ_IN_SETTINGS if f"`{name}`" not in readme} == set()
+def test_the_configuration_page_lists_every_variable():
+    page = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    assert {name for name in READ_IN_SETTINGS if f"`{name}`" not in page} == set()
 
 
 def test_the_readme_points_at_the_architecture():
-    assert "docs/architecture.md" in (ROOT / "README.md").read_text()
+    assert "docs/architecture.md" in README
+
+
+def test_the_readme_is_short_and_links_every_page_of_docs():
+    assert len(README.splitlines()) < README_MAX_LINES
+    pages = sorted(path.name for path in (ROOT / "docs").glob("*.md"))
+    assert {"architecture.md", "configuration.md", "api.md", "operations.md"} <= set(pages)
+    assert [page for page in pages if f"](docs/{page})" not in README] == []
+
+
+def test_every_document_is_checked():
+    # A guard for the glob: a pattern that found no page would leave docs/ unchecked.
+    assert {"README.md", "bench/README.md", "docs/architecture.md", "docs/api.md"} <= set(DOCUMENTS)
 
 
 @pytest.mark.parametrize("document", DOCUMENTS)

@@ -123,8 +123,8 @@ class TestDemoConfiguration:
 
 
 def _production_env(data_dir: Path) -> dict[str, str]:
-    """What a production deployment sets (README, "Running in production"), on a SQLite file of
-    its own: nothing here reaches this pass's database or Redis."""
+    """What a production deployment sets (docs/operations.md, "Running in production"), on a
+    SQLite file of its own: nothing here reaches this pass's database or Redis."""
     env = {
         key: value
         for key, value in os.environ.items()
