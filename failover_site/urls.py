@@ -3,10 +3,13 @@ from __future__ import annotations
 from django.contrib import admin
 from django.urls import path, re_path
 
-from failover_site import metrics_scrape, probes
+from failover_site import front_door, metrics_scrape, probes
 from providers.api import complete, embeddings, models, openai_chat, openapi, responses, status
 
 urlpatterns = [
+    # The browser's front door and the API reference: pages, outside /api/ and /v1/.
+    path("", front_door.index, name="front-door"),
+    path("docs/api/", front_door.api_reference, name="api-reference"),
     path("healthz", probes.healthz, name="healthz"),
     path("readyz", probes.readyz, name="readyz"),
     path("metrics", metrics_scrape.metrics, name="metrics"),

@@ -23,7 +23,17 @@ DOCUMENTS = ("README.md", "bench/README.md") + tuple(
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 README_MAX_LINES = 200
 # A path the documents give from the repository's root starts with one of these.
-ROOTS = ("failover_site", "providers", "billing", "alerts", "tests", "bench", "templates", "docs")
+ROOTS = (
+    "failover_site",
+    "providers",
+    "billing",
+    "alerts",
+    "tests",
+    "bench",
+    "templates",
+    "static",
+    "docs",
+)
 PATH = re.compile(rf"(?<![\w./-])((?:{'|'.join(ROOTS)})/[\w./-]*)")
 # A module named in backticks, maybe with an attribute: `providers.adapters.pool.MAX_CONNECTIONS`.
 PACKAGES = ("failover_site", "providers", "billing", "alerts")
