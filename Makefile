@@ -15,6 +15,9 @@ TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
 # the machine's cores.
 TEST_WORKERS ?= 4
 PYTEST_ARGS ?=
+# The suite starts a few hundred Python processes (workers, servers, commands): with bytecode
+# caching turned off in the environment, each would compile everything it imports again.
+TEST_ENV := env -u PYTHONDONTWRITEBYTECODE
 # Debian's Chromium, for the control room's browser tests (never a downloaded browser).
 CHROMIUM ?= /usr/bin/chromium
 # Debian's nginx, for the tests that put it in front of the gateway (they run their own).
@@ -72,14 +75,14 @@ $(NGINX):
 	else echo "No $(NGINX) (apt-get install nginx): the tests behind nginx will skip"; fi
 
 test-embedded: $(VENV)/.installed $(CHROMIUM) $(NGINX)
-	env -u DATABASE_URL -u REDIS_URL -u CELERY_BROKER_URL ENV_FILE= DEBUG=true \
+	$(TEST_ENV) -u DATABASE_URL -u REDIS_URL -u CELERY_BROKER_URL ENV_FILE= DEBUG=true \
 		$(BIN)/pytest -m "not services" -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 # Set REQUIRE_SERVICES=1 (CI does) to fail instead of skipping when the services are down, and
 # to fail any test that skips. The browser tests drive the control room once, in the embedded
 # pass; the admin on PostgreSQL and Redis is tested here without a browser.
 test-services: $(VENV)/.installed $(CHROMIUM) $(NGINX)
-	ENV_FILE= DEBUG=true DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) \
+	$(TEST_ENV) ENV_FILE= DEBUG=true DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) \
 		FAILOVER_TEST_PASS=services FAILOVER_REQUIRE_SERVICES=$(REQUIRE_SERVICES) \
 		$(BIN)/pytest -m "not backend_free and not browser" -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
