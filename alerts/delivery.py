@@ -116,7 +116,7 @@ def _send_with_retries(
     while attempts < max_attempts:
         attempts += 1
         try:
-            channel_for(channel).send(event)
+            channel_for(channel).send(event.as_alert())
         except TransportError as exc:
             error = exc
         except Exception as exc:

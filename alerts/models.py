@@ -11,7 +11,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 
-from alerts.channels import CHANNELS, KIND_CHOICES
+from alerts.channels import CHANNELS, KIND_CHOICES, Alert
 
 
 class Severity(models.TextChoices):
@@ -144,3 +144,16 @@ class AlertEvent(models.Model):
     def __str__(self) -> str:
         when = timezone.localtime(self.created_at).strftime("%Y-%m-%d %H:%M:%S")
         return f"{when} [{self.severity}] {self.title}"
+
+    def as_alert(self) -> Alert:
+        """The event as the channels send it: a plain value, no row."""
+        return Alert(
+            id=self.pk,
+            created_at=self.created_at,
+            kind=self.kind,
+            severity=self.severity,
+            key=self.key,
+            title=self.title,
+            message=self.message,
+            data=self.data if isinstance(self.data, dict) else {},
+        )

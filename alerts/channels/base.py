@@ -1,6 +1,7 @@
 """The one contract every alert channel keeps, and the one HTTP call site the HTTP channels share.
 
-`send(event)` returns when the channel took the event and raises `TransportError` when it
+`send(alert)` takes a plain `Alert` value (an `AlertEvent` row gives one: `as_alert()`, so the
+channels know no model) and returns when the channel took it and raises `TransportError` when it
 didn't: `permanent=True` when sending again cannot help (a revoked token, a chat that is gone, a
 refused recipient), so delivery disables the channel instead of retrying; otherwise the error is
 transient and delivery retries a bounded number of times, waiting `retry_after` when the other
@@ -11,7 +12,9 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, ClassVar, Protocol
 
 import httpx
 from django.core.exceptions import ValidationError
@@ -27,8 +30,30 @@ from providers.models.secret_env import (
     secrets_scrubbed,
 )
 
-if TYPE_CHECKING:
-    from alerts.models import AlertEvent
+
+@dataclass(frozen=True)
+class Alert:
+    """One alert as a channel sends it: what an `AlertEvent` row holds, without the row."""
+
+    id: int | None
+    created_at: datetime
+    kind: str
+    severity: str
+    key: str
+    title: str
+    message: str = ""
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+
+class ChannelSpec(Protocol):
+    """What a channel is built from: a kind and its config (an `AlertChannel` row is one)."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def config(self) -> Any: ...
+
 
 # Per send: an alert is small, and a channel that takes longer is treated as down. Delivery
 # runs in the background, but a hanging channel must still not hold the worker for long.
@@ -77,8 +102,8 @@ class Channel(ABC):
         """The config with its defaults filled in; `ValidationError` listing every problem."""
 
     @abstractmethod
-    def send(self, event: AlertEvent) -> None:
-        """Hand the event over; raises `TransportError` when the channel didn't take it."""
+    def send(self, alert: Alert) -> None:
+        """Hand the alert over; raises `TransportError` when the channel didn't take it."""
 
 
 class ConfigErrors:
@@ -164,14 +189,14 @@ def env_secret(name: str, what: str) -> str:
     return value
 
 
-def runbook_of(event: AlertEvent) -> list[str]:
+def runbook_of(event: Alert) -> list[str]:
     """The provider's runbook lines the alert quotes (`data["runbook"]`), if any."""
     data = event.data if isinstance(event.data, dict) else {}
     lines = data.get("runbook")
     return [str(line) for line in lines] if isinstance(lines, list) else []
 
 
-def event_body(event: AlertEvent) -> str:
+def event_body(event: Alert) -> str:
     """The plain-text alert's body: the message, then the runbook's lines."""
     text = event.message
     runbook = runbook_of(event)
@@ -180,7 +205,7 @@ def event_body(event: AlertEvent) -> str:
     return text.strip()
 
 
-def event_text(event: AlertEvent) -> str:
+def event_text(event: Alert) -> str:
     """The plain-text alert: severity and title on the first line, the body below."""
     text = f"[{event.severity.upper()}] {event.title}"
     body = event_body(event)

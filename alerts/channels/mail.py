@@ -6,16 +6,13 @@ config: {"to": ["ops@example.com", "oncall@example.com"]}
 from __future__ import annotations
 
 import smtplib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.core.mail import send_mail
 from django.core.validators import validate_email
 
-from alerts.channels.base import Channel, ConfigErrors, TransportError, event_body
-
-if TYPE_CHECKING:
-    from alerts.models import AlertEvent
+from alerts.channels.base import Alert, Channel, ConfigErrors, TransportError, event_body
 
 # The server refused the addresses, the sender or our credentials: the same mail will be
 # refused again. Anything else from SMTP or the socket (a timeout, a 4xx greylisting, a dropped
@@ -54,7 +51,7 @@ class EmailChannel(Channel):
         errors.raise_if_any()
         return {"to": addresses}
 
-    def send(self, event: AlertEvent) -> None:
+    def send(self, event: Alert) -> None:
         # A header can't hold a line break: the title goes on one line.
         title = " ".join(event.title.split())
         subject = f"[{event.severity.upper()}] {title}"[:200]

@@ -7,11 +7,12 @@ in the environment like a token.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.core.exceptions import ValidationError
 
 from alerts.channels.base import (
+    Alert,
     ConfigErrors,
     HttpChannel,
     TransportError,
@@ -26,9 +27,6 @@ from providers.models.secret_env import secret_env_read
 # Slack's error answers are one word ("invalid_token", "no_service"): shown as they are. Any
 # other body is not shown, only the status.
 SLACK_ERROR = re.compile(r"[a-z][a-z0-9_]{0,63}")
-
-if TYPE_CHECKING:
-    from alerts.models import AlertEvent
 
 
 def slack_escape(text: str) -> str:
@@ -70,7 +68,7 @@ class SlackChannel(HttpChannel):
         errors.raise_if_any()
         return {"webhook_url_env": name}
 
-    def send(self, event: AlertEvent) -> None:
+    def send(self, event: Alert) -> None:
         name = self.config["webhook_url_env"]
         url = env_secret(name, "Slack webhook URL")
         try:

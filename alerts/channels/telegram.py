@@ -12,12 +12,16 @@ from __future__ import annotations
 import html
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from alerts.channels.base import ConfigErrors, HttpChannel, TransportError, env_secret, runbook_of
-
-if TYPE_CHECKING:
-    from alerts.models import AlertEvent
+from alerts.channels.base import (
+    Alert,
+    ConfigErrors,
+    HttpChannel,
+    TransportError,
+    env_secret,
+    runbook_of,
+)
 
 DEFAULT_API_BASE_URL = "https://api.telegram.org"
 # Telegram's limit on a message's text, in UTF-16 code units once its entities are parsed.
@@ -61,7 +65,7 @@ def escaped_within(text: str, room: int) -> str:
     return "".join(pieces) + "…" if room >= 0 else ""
 
 
-def telegram_html(event: AlertEvent) -> str:
+def telegram_html(event: Alert) -> str:
     """The alert in Telegram's HTML: the title in bold, the message, the runbook's lines as a
     preformatted block."""
     text = "<b>" + escaped_within(f"[{event.severity.upper()}] {event.title}", 1000) + "</b>"
@@ -142,7 +146,7 @@ class TelegramChannel(HttpChannel):
             "api_base_url": base_url.rstrip("/") or DEFAULT_API_BASE_URL,
         }
 
-    def send(self, event: AlertEvent) -> None:
+    def send(self, event: Alert) -> None:
         token = env_secret(self.config["bot_token_env"], "Telegram bot token")
         # The token travels in the URL's path: only to the host its variable is bound to, and
         # kept out of every error message (`redact`).

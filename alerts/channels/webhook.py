@@ -14,20 +14,18 @@ import hashlib
 import hmac
 import json
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 
 from alerts.channels.base import (
+    Alert,
     ConfigErrors,
     HttpChannel,
     TransportError,
     env_secret,
     retry_after_header,
 )
-
-if TYPE_CHECKING:
-    from alerts.models import AlertEvent
 
 DEFAULT_HEADER = "X-Failover-Signature"
 HEADER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,99}")
@@ -37,9 +35,9 @@ HEADER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,99}")
 TRANSIENT_CLIENT_ERRORS = (408, 429)
 
 
-def webhook_body(event: AlertEvent) -> bytes:
+def webhook_body(event: Alert) -> bytes:
     payload = {
-        "id": event.pk,
+        "id": event.id,
         "kind": event.kind,
         "severity": event.severity,
         "key": event.key,
@@ -78,7 +76,7 @@ class WebhookChannel(HttpChannel):
         errors.raise_if_any()
         return {"url": url, "secret_env": secret_env, "header": header or DEFAULT_HEADER}
 
-    def send(self, event: AlertEvent) -> None:
+    def send(self, event: Alert) -> None:
         body = webhook_body(event)
         headers = {"Content-Type": "application/json"}
         if self.config["secret_env"]:

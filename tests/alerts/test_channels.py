@@ -31,14 +31,14 @@ pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("secrets_env")]
 
 def send_error(channel, event) -> TransportError:
     with pytest.raises(TransportError) as caught:
-        channel_for(channel).send(event)
+        channel_for(channel).send(event.as_alert())
     return caught.value
 
 
 class TestTelegram:
     def test_it_sends_the_title_in_bold_and_the_message_in_html_mode_to_the_chat(self, receiver):
         event = make_event()
-        channel_for(telegram_channel(receiver)).send(event)
+        channel_for(telegram_channel(receiver)).send(event.as_alert())
         [received] = receiver.messages
         assert received.path == f"/bot{TELEGRAM_TOKEN}/sendMessage"
         assert received["chat_id"] == -1001234567890
@@ -129,13 +129,15 @@ class TestTelegram:
 
 class TestSlack:
     def test_it_posts_the_text_to_the_webhook(self, receiver):
-        channel_for(slack_channel()).send(make_event(severity="warning", title="Budget at 85 %"))
+        channel_for(slack_channel()).send(
+            make_event(severity="warning", title="Budget at 85 %").as_alert()
+        )
         [received] = receiver.messages
         assert received.path == "/slack/T000/B000/XXXX"
         assert received["text"].startswith("[WARNING] Budget at 85 %\n\n")
 
     def test_slacks_markup_characters_are_escaped(self, receiver):
-        channel_for(slack_channel()).send(make_event(title="p95 > 5 s & <rising>"))
+        channel_for(slack_channel()).send(make_event(title="p95 > 5 s & <rising>").as_alert())
         assert receiver.messages[0]["text"].startswith(
             "[CRITICAL] p95 &gt; 5 s &amp; &lt;rising&gt;\n\n"
         )
@@ -162,7 +164,7 @@ class TestSlack:
 class TestWebhook:
     def test_it_posts_the_event_as_json_signed_over_the_exact_body(self, receiver):
         event = make_event()
-        channel_for(webhook_channel(receiver)).send(event)
+        channel_for(webhook_channel(receiver)).send(event.as_alert())
         [received] = receiver.messages
         assert received.path == "/hook/ops"
         expected = hmac.new(WEBHOOK_SECRET.encode(), received.body, hashlib.sha256).hexdigest()
@@ -182,11 +184,11 @@ class TestWebhook:
         with FakeReceiver(hook_secret=WEBHOOK_SECRET, hook_header="X-Sig") as strict:
             channel = webhook_channel(strict)
             channel.config["header"] = "X-Sig"
-            channel_for(channel).send(make_event())
+            channel_for(channel).send(make_event().as_alert())
             assert [m.status for m in strict.messages] == [200]
 
     def test_without_a_secret_there_is_no_signature(self, receiver):
-        channel_for(webhook_channel(receiver, signed=False)).send(make_event())
+        channel_for(webhook_channel(receiver, signed=False)).send(make_event().as_alert())
         assert "x-failover-signature" not in receiver.messages[0].headers
 
     @pytest.mark.parametrize(
@@ -205,7 +207,7 @@ class TestEmail:
 
     def test_it_mails_every_address_with_the_severity_in_the_subject(self):
         channel = make_channel(kind="email", config={"to": ["ops@example.com", "me@example.com"]})
-        channel_for(channel).send(make_event())
+        channel_for(channel).send(make_event().as_alert())
         [message] = mail.outbox
         assert message.subject == "[CRITICAL] Failover: ollama-local is down"
         assert message.to == ["ops@example.com", "me@example.com"]
@@ -214,7 +216,7 @@ class TestEmail:
 
     def test_a_title_with_a_line_break_still_makes_one_subject_line(self):
         channel = make_channel(kind="email", config={"to": ["ops@example.com"]})
-        channel_for(channel).send(make_event(title="Two\nlines"))
+        channel_for(channel).send(make_event(title="Two\nlines").as_alert())
         assert mail.outbox[0].subject == "[CRITICAL] Two lines"
 
     @pytest.mark.parametrize(

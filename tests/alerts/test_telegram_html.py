@@ -52,7 +52,7 @@ def test_a_verdict_alert_with_markup_in_its_values_arrives_escaped_and_parsed(
         )
     )
     assert event is not None
-    channel_for(telegram_channel(receiver)).send(event)
+    channel_for(telegram_channel(receiver)).send(event.as_alert())
 
     [received] = receiver.messages
     assert received.status == 200  # it parsed, as Telegram would
@@ -74,7 +74,7 @@ def test_a_verdict_alert_with_markup_in_its_values_arrives_escaped_and_parsed(
 
 def test_a_title_that_looks_like_html_is_shown_as_written(receiver):
     event = make_event(title="<b>p95 > 5 s</b> & <i>rising</i>", message="a <pre> & </code>")
-    channel_for(telegram_channel(receiver)).send(event)
+    channel_for(telegram_channel(receiver)).send(event.as_alert())
     [received] = receiver.messages
     assert received["text"] == (
         "<b>[CRITICAL] &lt;b&gt;p95 &gt; 5 s&lt;/b&gt; &amp; &lt;i&gt;rising&lt;/i&gt;</b>\n\n"
@@ -85,7 +85,7 @@ def test_a_title_that_looks_like_html_is_shown_as_written(receiver):
 
 def test_a_long_alert_is_cut_within_telegrams_limit_and_keeps_its_runbook(receiver):
     event = make_event(message="<&_" * 3000, data={"runbook": ["systemctl restart ollama"]})
-    channel_for(telegram_channel(receiver)).send(event)
+    channel_for(telegram_channel(receiver)).send(event.as_alert())
     [received] = receiver.messages
     assert received.status == 200
     assert utf16_len(received["text"]) <= MAX_MESSAGE
@@ -95,7 +95,7 @@ def test_a_long_alert_is_cut_within_telegrams_limit_and_keeps_its_runbook(receiv
 
 def test_astral_characters_count_twice_as_telegram_counts_them():
     event = make_event(message="🔥" * 3000)
-    text = telegram_html(event)
+    text = telegram_html(event.as_alert())
     assert utf16_len(text) <= MAX_MESSAGE < len(text) * 2
 
 
@@ -113,4 +113,6 @@ def test_the_fake_telegram_refuses_markup_it_cannot_parse(receiver):
 
 def test_the_other_channels_get_the_runbook_as_plain_lines():
     event = make_event(data={"runbook": ["systemctl status ollama", "ollama ps"]})
-    assert event_text(event).endswith("\n\nRunbook:\n  systemctl status ollama\n  ollama ps")
+    assert event_text(event.as_alert()).endswith(
+        "\n\nRunbook:\n  systemctl status ollama\n  ollama ps"
+    )

@@ -388,7 +388,7 @@ async def test_a_key_the_upstream_echoes_reaches_no_response_log_ledger_alert_or
     assert _leaks(alert, forms) == [] and "[redacted]" in event.message
     with FakeReceiver() as receiver:
         hook = AlertChannel(kind="webhook", config={"url": f"{receiver.url}/hook/ops"})
-        await sync_to_async(channel_for(hook).send)(event)
+        await sync_to_async(channel_for(hook).send)(event.as_alert())
         [sent] = receiver.messages
     assert _leaks(sent.body.decode(), forms) == [] and "[redacted]" in sent.body.decode()
 
