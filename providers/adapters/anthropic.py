@@ -33,7 +33,6 @@ _STREAM_ERRORS = {
 
 class AnthropicAdapter(ProviderAdapter):
     kind = "anthropic"
-    stream_framing = "sse"
 
     def headers(self) -> dict[str, str]:
         headers = {"content-type": "application/json", "anthropic-version": API_VERSION}
@@ -70,7 +69,7 @@ class AnthropicAdapter(ProviderAdapter):
         )
         blocks = body.get("content") if isinstance(body, dict) else None
         if not isinstance(blocks, list):
-            raise self.malformed("no content blocks")
+            raise self.failures.malformed("no content blocks")
         json_tool = tools.json_tool_name(request)
         texts: list[str] = []
         calls: list[ToolCall] = []
@@ -114,14 +113,37 @@ class AnthropicAdapter(ProviderAdapter):
             )
         return super().cannot(request)
 
-    def stream_started(self, request: CompletionRequest, stream: CompletionStream) -> None:
-        stream.json_tool = tools.json_tool_name(request)
+    def stream_decoder(self, request: CompletionRequest) -> AnthropicStreamDecoder:
+        return AnthropicStreamDecoder(self, tools.json_tool_name(request))
 
-    def stream_event(self, event: Any, stream: CompletionStream) -> Piece:
+    async def health_check(self, *, timeout: float, inference: bool = False) -> HealthResult:
+        # The model list names dated versions, not aliases like "-latest": a good answer from
+        # it (which also proves the key) is the check, so `model_problem` stays silent.
+        return await self.health_levels("/v1/models", timeout=timeout, inference=inference)
+
+
+def _index(event: dict[str, Any]) -> int:
+    index = event.get("index")
+    return index if isinstance(index, int) else -1
+
+
+class AnthropicStreamDecoder:
+    """The Messages API's typed events, as server-sent events. It keeps which content block is
+    which tool call, and the forced JSON tool (`json_tool`) whose input is the answer's text."""
+
+    framing = "sse"
+
+    def __init__(self, adapter: AnthropicAdapter, json_tool: str) -> None:
+        self.adapter = adapter
+        self.failures = adapter.failures
+        self.json_tool = json_tool
+        self.blocks: dict[int, int] = {}  # the event's block index → its tool call's index
+
+    def decode(self, event: Any, stream: CompletionStream) -> Piece:
         """message_start → content_block_start → content_block_delta … → content_block_stop →
         message_delta → message_stop, with `ping` and `error` events possible anywhere."""
         if not isinstance(event, dict):
-            raise self.malformed("a stream event is not an object")
+            raise self.failures.malformed("a stream event is not an object")
         kind = event.get("type")
         if kind == "content_block_delta":
             delta = event.get("delta")
@@ -131,7 +153,7 @@ class AnthropicAdapter(ProviderAdapter):
             if isinstance(delta, dict) and delta.get("type") == "input_json_delta":
                 partial = delta.get("partial_json")
                 partial = partial if isinstance(partial, str) else ""
-                index = stream.blocks.get(_index(event))
+                index = self.blocks.get(_index(event))
                 if index is None:  # the forced JSON tool's input: the answer's text
                     return partial
                 return ToolCallDelta(index, arguments=partial) if partial else ""
@@ -139,9 +161,9 @@ class AnthropicAdapter(ProviderAdapter):
             block = event.get("content_block")
             if isinstance(block, dict) and block.get("type") == "tool_use":
                 name = str(block.get("name") or "")
-                if stream.json_tool and name == stream.json_tool:
+                if self.json_tool and name == self.json_tool:
                     return ""
-                index = stream.blocks[_index(event)] = len(stream.blocks)
+                index = self.blocks[_index(event)] = len(self.blocks)
                 return ToolCallDelta(index, id=str(block.get("id") or ""), name=name)
         elif kind == "message_start":
             message = event.get("message")
@@ -156,7 +178,7 @@ class AnthropicAdapter(ProviderAdapter):
             if isinstance(delta, dict) and delta.get("stop_reason"):
                 reason = str(delta["stop_reason"])
                 # A forced JSON tool's call is the answer, not a call for the client to make.
-                json_only = reason == "tool_use" and not stream.blocks
+                json_only = reason == "tool_use" and not self.blocks
                 stream.finish_reason = "end_turn" if json_only else reason
         elif kind == "message_stop":
             stream.done = True
@@ -164,15 +186,7 @@ class AnthropicAdapter(ProviderAdapter):
             error = event.get("error")
             error_type = error.get("type") if isinstance(error, dict) else None
             error_class = _STREAM_ERRORS.get(str(error_type), ErrorClass.SERVER_ERROR)
-            raise self._failed(error_class, f"error event: {self.error_text(event)}")
+            raise self.failures.failed(
+                error_class, f"error event: {self.adapter.error_text(event)}"
+            )
         return ""
-
-    async def health_check(self, *, timeout: float, inference: bool = False) -> HealthResult:
-        # The model list names dated versions, not aliases like "-latest": a good answer from
-        # it (which also proves the key) is the check, so `model_problem` stays silent.
-        return await self.health_levels("/v1/models", timeout=timeout, inference=inference)
-
-
-def _index(event: dict[str, Any]) -> int:
-    index = event.get("index")
-    return index if isinstance(index, int) else -1

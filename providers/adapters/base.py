@@ -11,27 +11,25 @@ import asyncio
 import json
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any, ClassVar
 
 import httpx
 
 from providers.adapters import params
 from providers.adapters.errors import ErrorClass, ProviderError, classify_status, parse_retry_after
+from providers.adapters.failures import Failures
 from providers.adapters.messages import (
     HEALTH_PROBE,
     Completion,
     CompletionRequest,
     HealthLevel,
     HealthResult,
-    Piece,
     Reasoning,
     prompt_needed,
 )
-from providers.adapters.stream import CompletionStream
+from providers.adapters.stream import CompletionStream, StreamDecoder
 from providers.engine.config import ProviderConfig
-from providers.engine.scrub import KEPT_LIMIT, scrub_cut
+from providers.engine.scrub import scrub_cut
 
 # The finish reasons of an answer cut at its token limit, in each dialect's words.
 CUT_OFF = ("length", "max_tokens")
@@ -46,6 +44,7 @@ class ProviderAdapter(ABC):
     def __init__(self, config: ProviderConfig, client: httpx.AsyncClient) -> None:
         self.config = config
         self.client = client
+        self.failures = Failures(config.secrets)
         self._headers = self.headers()
         self._templates: dict[tuple[str, str], tuple[httpx.URL, httpx.Headers]] = {}
 
@@ -92,7 +91,7 @@ class ProviderAdapter(ABC):
     async def embed(self, request: CompletionRequest, *, timeout: float) -> Completion:
         """One embedding call for `request.embed` (a Completion whose `embeddings` are the
         vectors, in order); raises ProviderError on any failure."""
-        raise self._failed(ErrorClass.UNSUPPORTED, f"a {self.kind} provider doesn't embed")
+        raise self.failures.failed(ErrorClass.UNSUPPORTED, f"a {self.kind} provider doesn't embed")
 
     def embedding_model(self, request: CompletionRequest) -> str:
         return request.model or self.config.embedding_models[0]
@@ -100,7 +99,7 @@ class ProviderAdapter(ABC):
     def vectors(self, raw: Any, count: int) -> tuple[tuple[float, ...], ...]:
         """`count` vectors of numbers, all of one length, or a malformed answer."""
         if not isinstance(raw, list) or len(raw) != count:
-            raise self.malformed(f"not {count} embeddings")
+            raise self.failures.malformed(f"not {count} embeddings")
         vectors = []
         for vector in raw:
             if (
@@ -108,10 +107,10 @@ class ProviderAdapter(ABC):
                 or not vector
                 or not all(isinstance(x, int | float) and not isinstance(x, bool) for x in vector)
             ):
-                raise self.malformed("an embedding is not a list of numbers")
+                raise self.failures.malformed("an embedding is not a list of numbers")
             vectors.append(tuple(float(x) for x in vector))
         if len({len(vector) for vector in vectors}) > 1:
-            raise self.malformed("embeddings of different lengths")
+            raise self.failures.malformed("embeddings of different lengths")
         return tuple(vectors)
 
     @property
@@ -173,7 +172,7 @@ class ProviderAdapter(ABC):
         """The one HTTP call site: returns (decoded JSON body, latency in ms) or raises a
         classified ProviderError. `timeout` bounds the whole call, connect to last byte."""
         started = time.perf_counter()
-        with self._classified(f"no answer within {timeout:.2f} s"):
+        with self.failures.classified(f"no answer within {timeout:.2f} s"):
             async with asyncio.timeout(timeout):
                 response = await self.client.send(
                     self._build(method, path, payload, timeout), follow_redirects=False
@@ -185,26 +184,12 @@ class ProviderAdapter(ABC):
         try:
             decoded = json.loads(body)
         except (ValueError, RecursionError) as exc:
-            raise self._failed(ErrorClass.MALFORMED, "the body is not JSON") from exc
+            raise self.failures.failed(ErrorClass.MALFORMED, "the body is not JSON") from exc
         return decoded, latency_ms
-
-    @contextmanager
-    def _classified(self, timeout_message: str) -> Iterator[None]:
-        """Transport failures as the error table's classes."""
-        try:
-            yield
-        except TimeoutError as exc:
-            raise self._failed(ErrorClass.TIMEOUT, timeout_message) from exc
-        except httpx.TimeoutException as exc:
-            raise self._failed(ErrorClass.TIMEOUT, f"timed out: {exc!r}") from exc
-        except httpx.TransportError as exc:
-            raise self._failed(ErrorClass.REFUSED, f"{type(exc).__name__}: {exc}") from exc
-        except httpx.HTTPError as exc:  # e.g. a body that doesn't decode as its encoding says
-            raise self._failed(ErrorClass.MALFORMED, f"{type(exc).__name__}: {exc}") from exc
 
     def _status_error(self, response: httpx.Response, body: bytes) -> ProviderError:
         message = self.error_message(body) or f"HTTP {response.status_code}"
-        return self._failed(
+        return self.failures.failed(
             classify_status(response.status_code, message),
             message,
             status=response.status_code,
@@ -215,23 +200,21 @@ class ProviderAdapter(ABC):
 
     # Streaming ----------------------------------------------------------------------------
 
-    # How the dialect frames a stream: server-sent events, or one JSON object a line (NDJSON).
-    stream_framing: ClassVar[str] = "sse"
-
     @abstractmethod
     def stream_request(self, request: CompletionRequest) -> tuple[str, dict[str, Any]]:
         """The path and payload that ask for a streamed answer."""
 
-    def stream_started(  # noqa: B027 - a hook: most dialects keep nothing
-        self, request: CompletionRequest, stream: CompletionStream
-    ) -> None:
-        """What the dialect keeps on `stream` from `request` to read its events."""
-
     @abstractmethod
-    def stream_event(self, event: Any, stream: CompletionStream) -> Piece:
-        """One decoded event of the stream: returns its text ("" if none) or a piece of a
-        tool call, and notes usage, the finish reason and the end on `stream`; raises
-        ProviderError for an error event."""
+    def stream_decoder(self, request: CompletionRequest) -> StreamDecoder:
+        """A fresh decoder for one streamed answer to `request`, in this dialect's words."""
+
+    def stream_over(
+        self, request: CompletionRequest, response: httpx.Response, idle_s: float, started: float
+    ) -> CompletionStream:
+        """The stream of `response`, read by this dialect's decoder."""
+        return CompletionStream(
+            self.name, self.stream_decoder(request), self.failures, response, idle_s, started
+        )
 
     async def stream(
         self, request: CompletionRequest, *, timeout: float, first_token_timeout: float
@@ -246,14 +229,13 @@ class ProviderAdapter(ABC):
         started = loop.time()
         first_deadline = started + min(timeout, first_token_timeout)
         http_request = self._build("POST", path, payload, timeout)
-        with self._classified(f"no first token within {first_deadline - started:.2f} s"):
+        with self.failures.classified(f"no first token within {first_deadline - started:.2f} s"):
             async with asyncio.timeout_at(first_deadline):
                 response = await self.client.send(http_request, stream=True, follow_redirects=False)
-        stream = CompletionStream(self, response, timeout, started)
-        self.stream_started(request, stream)
+        stream = self.stream_over(request, response, timeout, started)
         try:
             if response.status_code >= 400:
-                with self._classified("no error body in time"):
+                with self.failures.classified("no error body in time"):
                     async with asyncio.timeout_at(first_deadline):
                         body = await response.aread()
                 raise self._status_error(response, body)
@@ -319,23 +301,6 @@ class ProviderAdapter(ABC):
         would leave its first half, no longer the key the scrubber looks for."""
         return scrub_cut(text, limit, self.config.secrets)
 
-    def _failed(
-        self,
-        error_class: ErrorClass,
-        message: str,
-        *,
-        status: int | None = None,
-        retry_after_s: float | None = None,
-    ) -> ProviderError:
-        """Every failure an adapter raises is made here: the one place upstream text becomes
-        an error, so it is scrubbed of this provider's key and anything like a credential
-        before the ledger, the logs, the alerts or a page can hold it."""
-        message = scrub_cut(message, KEPT_LIMIT, self.config.secrets)
-        return ProviderError(error_class, message, status=status, retry_after_s=retry_after_s)
-
-    def malformed(self, what: str) -> ProviderError:
-        return self._failed(ErrorClass.MALFORMED, f"unexpected answer: {what}")
-
     def check_not_empty(self, request: CompletionRequest, finish_reason: str) -> None:
         """An answer with no text and no tool call raises: malformed (a failure), unless the
         prompt alone fills half the provider's window or more. A server whose real context is
@@ -347,12 +312,12 @@ class ProviderAdapter(ABC):
             return
         needed = prompt_needed(request)
         if needed * 2 >= self.config.context_window:
-            raise self._failed(
+            raise self.failures.failed(
                 ErrorClass.CONTEXT_TOO_LONG,
                 f"an empty answer to a prompt of about {needed} tokens "
                 f"(window {self.config.context_window})",
             )
-        raise self.malformed("an empty answer")
+        raise self.failures.malformed("an empty answer")
 
 
 def _failure(exc: ProviderError) -> str:

@@ -67,7 +67,6 @@ def keep_alive_value(keep_alive: str) -> str | int | float:
 
 class OllamaAdapter(ProviderAdapter):
     kind = "ollama"
-    stream_framing = "ndjson"
 
     def headers(self) -> dict[str, str]:
         # Ollama's own API needs no key locally; ollama.com (or a proxy) takes a bearer token.
@@ -140,19 +139,19 @@ class OllamaAdapter(ProviderAdapter):
             text = message.get("content")
             thinking = message.get("thinking") or ""
         except (KeyError, TypeError, AttributeError):
-            raise self.malformed("no message") from None
+            raise self.failures.malformed("no message") from None
         if not isinstance(thinking, str):
-            raise self.malformed("message.thinking is not text")
+            raise self.failures.malformed("message.thinking is not text")
         forced = tools.forced_by_format(request)
         if forced:
             return self._held_call(request, forced, text, body, latency_ms, thinking)
         calls = tools.ollama_calls(message.get("tool_calls"))
         if calls is None:
-            raise self.malformed("message.tool_calls is not a list of calls")
+            raise self.failures.malformed("message.tool_calls is not a list of calls")
         if text is None and calls:
             text = ""
         if not isinstance(text, str):
-            raise self.malformed("message.content is not text")
+            raise self.failures.malformed("message.content is not text")
         if not text and not calls:
             self.check_not_empty(request, str(body.get("done_reason") or ""))
         return Completion(
@@ -180,7 +179,7 @@ class OllamaAdapter(ProviderAdapter):
         """The answer held by `format` to `tool`'s arguments, as one call to it. An answer cut
         at its token limit keeps the arguments as far as they came, as OpenAI gives them."""
         if not isinstance(text, str):
-            raise self.malformed("message.content is not text")
+            raise self.failures.malformed("message.content is not text")
         finish = str(body.get("done_reason") or "")
         if not text:
             self.check_not_empty(request, finish)
@@ -188,7 +187,7 @@ class OllamaAdapter(ProviderAdapter):
         if finish not in CUT_OFF:
             arguments = tools.held_arguments(text)
             if arguments is None:  # it answered, but not what was asked: the next provider
-                raise self._failed(
+                raise self.failures.failed(
                     ErrorClass.NON_COMPLIANT,
                     f"the arguments held by format for {tool} are not a JSON object",
                 )
@@ -218,78 +217,8 @@ class OllamaAdapter(ProviderAdapter):
     def stream_request(self, request: CompletionRequest) -> tuple[str, dict[str, Any]]:
         return "/api/chat", self.payload(request, stream=True)
 
-    def stream_started(self, request: CompletionRequest, stream: CompletionStream) -> None:
-        stream.json_tool = tools.forced_by_format(request)  # its content is that call's
-
-    def stream_event(self, event: Any, stream: CompletionStream) -> Piece:
-        if not isinstance(event, dict):
-            raise self.malformed("a stream line is not an object")
-        if event.get("error"):
-            # Mid-stream the status is already 200: the error is a line {"error": "..."}.
-            detail = self.upstream_text(str(event["error"]), 480)
-            raise self._failed(ErrorClass.SERVER_ERROR, f"error line: {detail}")
-        message = event.get("message")
-        text = message.get("content") if isinstance(message, dict) else None
-        thinking = message.get("thinking") if isinstance(message, dict) else None
-        if event.get("done") is True:
-            stream.done = True
-            stream.finish_reason = str(event.get("done_reason") or "stop")
-            if stream.calls and not stream.json_tool:  # a call held by format: _held_pieces
-                stream.finish_reason = "tool_calls"
-            stream.tokens_in = token_count(event.get("prompt_eval_count"))
-            stream.tokens_out = token_count(event.get("eval_count"))
-        # A line's thinking first, then its text, then its calls (each sent whole, in one
-        # line: one piece a call); the first is returned, the others are given next.
-        pieces: list[Piece] = []
-        if thinking and isinstance(thinking, str):
-            pieces.append(Reasoning(thinking))
-        if stream.json_tool:
-            pieces += self._held_pieces(text if isinstance(text, str) else "", stream)
-        else:
-            calls = (
-                tools.ollama_calls(message.get("tool_calls")) if isinstance(message, dict) else ()
-            )
-            if calls is None:
-                raise self.malformed("message.tool_calls is not a list of calls")
-            if text and isinstance(text, str):
-                pieces.append(text)
-            pieces += [
-                ToolCallDelta(len(stream.calls) + offset, call.id, call.name, call.arguments)
-                for offset, call in enumerate(calls)
-            ]
-        if not pieces:
-            return ""
-        stream.queued.extend(pieces[1:])
-        return pieces[0]
-
-    def _held_pieces(self, text: str, stream: CompletionStream) -> list[Piece]:
-        """A line of an answer held by `format` to the arguments of `stream.json_tool`: the
-        first text names the call (a piece of its own), then each text adds to its arguments.
-        Text that can't begin a JSON object fails before anything is handed on (non-compliant:
-        the next provider is asked); arguments that are not a JSON object at the end break the
-        stream there (malformed; unless cut at the token limit)."""
-        call = stream.calls.get(0)
-        pieces: list[Piece] = []
-        if call is None:
-            text = text.lstrip()  # what a model may send before the object
-            if text and not text.startswith("{"):
-                raise self._failed(
-                    ErrorClass.NON_COMPLIANT,
-                    f"the answer held by format for {stream.json_tool} is not a JSON object",
-                )
-            if text:
-                pieces.append(ToolCallDelta(0, tools.new_call_id(), stream.json_tool))
-        if text:
-            pieces.append(ToolCallDelta(0, arguments=text))
-        ended = stream.done and stream.finish_reason not in CUT_OFF
-        if ended and (call is not None or text):
-            answered = (call[2] if call is not None else "") + text
-            if tools.held_arguments(answered) is None:
-                raise self.malformed(
-                    f"the arguments held by format for {stream.json_tool} are not a JSON object"
-                )
-            stream.finish_reason = "tool_calls"
-        return pieces
+    def stream_decoder(self, request: CompletionRequest) -> OllamaStreamDecoder:
+        return OllamaStreamDecoder(self, tools.forced_by_format(request))
 
     embeds = True
 
@@ -309,7 +238,7 @@ class OllamaAdapter(ProviderAdapter):
             "POST", "/api/embed", payload=payload, timeout=timeout
         )
         if not isinstance(body, dict):
-            raise self.malformed("the body is not an object")
+            raise self.failures.malformed("the body is not an object")
         return Completion(
             text="",
             provider=self.name,
@@ -358,3 +287,85 @@ class OllamaAdapter(ProviderAdapter):
         model = self.config.model
         # Ollama lists "llama3.1:latest" for a model asked for as "llama3.1".
         return model in names or (":" not in model and f"{model}:latest" in names)
+
+
+class OllamaStreamDecoder:
+    """/api/chat's stream, one JSON object a line. It keeps the tool call a forced request's
+    `format` holds (`json_tool`): that call's arguments come as the answer's text."""
+
+    framing = "ndjson"
+
+    def __init__(self, adapter: OllamaAdapter, json_tool: str) -> None:
+        self.adapter = adapter
+        self.failures = adapter.failures
+        self.json_tool = json_tool
+
+    def decode(self, event: Any, stream: CompletionStream) -> Piece:
+        if not isinstance(event, dict):
+            raise self.failures.malformed("a stream line is not an object")
+        if event.get("error"):
+            # Mid-stream the status is already 200: the error is a line {"error": "..."}.
+            detail = self.adapter.upstream_text(str(event["error"]), 480)
+            raise self.failures.failed(ErrorClass.SERVER_ERROR, f"error line: {detail}")
+        message = event.get("message")
+        text = message.get("content") if isinstance(message, dict) else None
+        thinking = message.get("thinking") if isinstance(message, dict) else None
+        if event.get("done") is True:
+            stream.done = True
+            stream.finish_reason = str(event.get("done_reason") or "stop")
+            if stream.calls and not self.json_tool:  # a call held by format: _held_pieces
+                stream.finish_reason = "tool_calls"
+            stream.tokens_in = token_count(event.get("prompt_eval_count"))
+            stream.tokens_out = token_count(event.get("eval_count"))
+        # A line's thinking first, then its text, then its calls (each sent whole, in one
+        # line: one piece a call); the first is returned, the others are given next.
+        pieces: list[Piece] = []
+        if thinking and isinstance(thinking, str):
+            pieces.append(Reasoning(thinking))
+        if self.json_tool:
+            pieces += self._held_pieces(text if isinstance(text, str) else "", stream)
+        else:
+            calls = (
+                tools.ollama_calls(message.get("tool_calls")) if isinstance(message, dict) else ()
+            )
+            if calls is None:
+                raise self.failures.malformed("message.tool_calls is not a list of calls")
+            if text and isinstance(text, str):
+                pieces.append(text)
+            pieces += [
+                ToolCallDelta(len(stream.calls) + offset, call.id, call.name, call.arguments)
+                for offset, call in enumerate(calls)
+            ]
+        if not pieces:
+            return ""
+        stream.queued.extend(pieces[1:])
+        return pieces[0]
+
+    def _held_pieces(self, text: str, stream: CompletionStream) -> list[Piece]:
+        """A line of an answer held by `format` to the arguments of `json_tool`: the
+        first text names the call (a piece of its own), then each text adds to its arguments.
+        Text that can't begin a JSON object fails before anything is handed on (non-compliant:
+        the next provider is asked); arguments that are not a JSON object at the end break the
+        stream there (malformed; unless cut at the token limit)."""
+        call = stream.calls.get(0)
+        pieces: list[Piece] = []
+        if call is None:
+            text = text.lstrip()  # what a model may send before the object
+            if text and not text.startswith("{"):
+                raise self.failures.failed(
+                    ErrorClass.NON_COMPLIANT,
+                    f"the answer held by format for {self.json_tool} is not a JSON object",
+                )
+            if text:
+                pieces.append(ToolCallDelta(0, tools.new_call_id(), self.json_tool))
+        if text:
+            pieces.append(ToolCallDelta(0, arguments=text))
+        ended = stream.done and stream.finish_reason not in CUT_OFF
+        if ended and (call is not None or text):
+            answered = (call[2] if call is not None else "") + text
+            if tools.held_arguments(answered) is None:
+                raise self.failures.malformed(
+                    f"the arguments held by format for {self.json_tool} are not a JSON object"
+                )
+            stream.finish_reason = "tool_calls"
+        return pieces

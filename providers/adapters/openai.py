@@ -23,7 +23,6 @@ from providers.adapters.stream import CompletionStream
 
 class OpenAICompatibleAdapter(ProviderAdapter):
     kind = "openai"
-    stream_framing = "sse"
     # Under the API's base URL (`ProviderConfig.http_base_url`).
     models_path = "/models"
     embeds = True
@@ -46,7 +45,7 @@ class OpenAICompatibleAdapter(ProviderAdapter):
         )
         data = body.get("data") if isinstance(body, dict) else None
         if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
-            raise self.malformed("no data list of embeddings")
+            raise self.failures.malformed("no data list of embeddings")
         ordered = sorted(data, key=lambda item: item.get("index") or 0)
         usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
         return Completion(
@@ -104,15 +103,15 @@ class OpenAICompatibleAdapter(ProviderAdapter):
             message = body["choices"][0]["message"]
             text = message.get("content")
         except (KeyError, IndexError, TypeError, AttributeError):
-            raise self.malformed("no choices[0].message") from None
+            raise self.failures.malformed("no choices[0].message") from None
         calls = tools.openai_calls(message.get("tool_calls"))
         if calls is None:
-            raise self.malformed("choices[0].message.tool_calls is not a list of calls")
+            raise self.failures.malformed("choices[0].message.tool_calls is not a list of calls")
         if text is None and calls:
             text = ""
         if not isinstance(text, str):
             # A null content without a call is a refusal: nothing a frontend can show.
-            raise self.malformed("choices[0].message.content is not text")
+            raise self.failures.malformed("choices[0].message.content is not text")
         usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
         finish_reason = body["choices"][0].get("finish_reason")
         if not text and not calls:
@@ -134,11 +133,38 @@ class OpenAICompatibleAdapter(ProviderAdapter):
         payload["stream_options"] = {"include_usage": True}
         return self.chat_path(request), payload
 
-    def stream_event(self, event: Any, stream: CompletionStream) -> Piece:
+    def stream_decoder(self, request: CompletionRequest) -> OpenAIStreamDecoder:
+        return OpenAIStreamDecoder(self)
+
+    async def health_check(self, *, timeout: float, inference: bool = False) -> HealthResult:
+        return await self.health_levels(self.models_path, timeout=timeout, inference=inference)
+
+    def model_problem(self, body: Any) -> str:
+        data = body.get("data") if isinstance(body, dict) else None
+        ids = {m.get("id") for m in data or () if isinstance(m, dict)}
+        # Some compatible servers list nothing at all: only a list without the model says no.
+        if ids and self.config.model not in ids:
+            return f"model {self.config.model} is not served"
+        return ""
+
+
+class OpenAIStreamDecoder:
+    """Chat Completions chunks, as server-sent events: the text and tool-call deltas of the
+    first choice, the usage in the last chunk (`stream_options.include_usage`)."""
+
+    framing = "sse"
+
+    def __init__(self, adapter: OpenAICompatibleAdapter) -> None:
+        self.adapter = adapter
+        self.failures = adapter.failures
+
+    def decode(self, event: Any, stream: CompletionStream) -> Piece:
         if not isinstance(event, dict):
-            raise self.malformed("a stream event is not an object")
+            raise self.failures.malformed("a stream event is not an object")
         if event.get("error"):
-            raise self._failed(ErrorClass.SERVER_ERROR, f"error event: {self.error_text(event)}")
+            raise self.failures.failed(
+                ErrorClass.SERVER_ERROR, f"error event: {self.adapter.error_text(event)}"
+            )
         usage = event.get("usage")
         if isinstance(usage, dict):
             stream.tokens_in = token_count(usage.get("prompt_tokens"))
@@ -164,7 +190,7 @@ class OpenAICompatibleAdapter(ProviderAdapter):
         """One tool-call piece of a chunk. Gemini's compatible API gives no `index`: a piece
         with a new id starts the next call, one without goes on with the last."""
         if not isinstance(raw, dict):
-            raise self.malformed("a tool-call delta is not an object")
+            raise self.failures.malformed("a tool-call delta is not an object")
         call_id = raw["id"] if isinstance(raw.get("id"), str) else ""
         index = raw.get("index")
         if not isinstance(index, int) or isinstance(index, bool):
@@ -191,14 +217,3 @@ class OpenAICompatibleAdapter(ProviderAdapter):
             name=name if isinstance(name, str) else "",
             arguments=arguments if isinstance(arguments, str) else "",
         )
-
-    async def health_check(self, *, timeout: float, inference: bool = False) -> HealthResult:
-        return await self.health_levels(self.models_path, timeout=timeout, inference=inference)
-
-    def model_problem(self, body: Any) -> str:
-        data = body.get("data") if isinstance(body, dict) else None
-        ids = {m.get("id") for m in data or () if isinstance(m, dict)}
-        # Some compatible servers list nothing at all: only a list without the model says no.
-        if ids and self.config.model not in ids:
-            return f"model {self.config.model} is not served"
-        return ""

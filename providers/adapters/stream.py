@@ -1,4 +1,6 @@
-"""A streamed answer, handed to the router once its first text is in."""
+"""A streamed answer, handed to the router once its first text is in. The stream reads lines
+and keeps the answer so far; its dialect's `StreamDecoder` reads each event into a piece, and
+its provider's `Failures` make every error it raises: the stream knows no adapter."""
 
 from __future__ import annotations
 
@@ -6,11 +8,12 @@ import asyncio
 import json
 from collections import deque
 from collections.abc import AsyncGenerator, Callable
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import httpx
 
 from providers.adapters.errors import ErrorClass
+from providers.adapters.failures import Failures
 from providers.adapters.messages import (
     Completion,
     Piece,
@@ -20,8 +23,19 @@ from providers.adapters.messages import (
     estimate_tokens,
 )
 
-if TYPE_CHECKING:
-    from providers.adapters.base import ProviderAdapter
+
+class StreamDecoder(Protocol):
+    """One streamed answer's dialect: how it is framed (server-sent events, or one JSON object a
+    line) and each decoded event read into a piece. A decoder is made for one stream and keeps
+    what its dialect needs to follow it (Anthropic's blocks, the forced tool's name)."""
+
+    framing: str  # "sse" or "ndjson"
+
+    def decode(self, event: Any, stream: CompletionStream) -> Piece:
+        """Its text ("" if none) or a piece of a tool call; notes usage, the finish reason and
+        the end on `stream` (more pieces of one event in `stream.queued`); raises ProviderError
+        for an error event."""
+        ...
 
 
 class CompletionStream:
@@ -29,24 +43,26 @@ class CompletionStream:
     text, or the start of a tool call.
 
     `rest()` yields the remaining pieces; a stream that breaks raises ProviderError from it.
-    The adapter's `stream_event` fills in the usage and finish reason as events arrive, and
-    may keep what its dialect needs to follow the stream in `blocks`.
+    The decoder fills in the usage and finish reason as events arrive.
     """
 
     def __init__(
-        self, adapter: ProviderAdapter, response: httpx.Response, idle_s: float, started: float
+        self,
+        provider: str,
+        decoder: StreamDecoder,
+        failures: Failures,
+        response: httpx.Response,
+        idle_s: float,
+        started: float,
     ) -> None:
-        self.adapter = adapter
-        self.provider = adapter.name
+        self.provider = provider
+        self.decoder = decoder
+        self.failures = failures
         self.first: Piece = ""
         self.parts: list[str] = []
         self.reasoning: list[str] = []  # the model's thinking, piece by piece
         self.before: list[Reasoning] = []  # thinking that came before the first piece
         self.calls: dict[int, list[str]] = {}  # index → [id, name, arguments so far]
-        self.blocks: dict[int, int] = {}  # the dialect's block index → its tool call's index
-        # The forced tool the dialect turns into or out of text: Anthropic's JSON answer comes
-        # as its input; Ollama's call held by `format` comes as the answer's text.
-        self.json_tool = ""
         # More pieces of the event just read (a chunk with several tool calls), given next.
         self.queued: deque[Piece] = deque()
         self.tokens_in = 0
@@ -73,15 +89,15 @@ class CompletionStream:
 
     async def next_text(self, deadline: float, timeout_message: str) -> Piece | None:
         """The next non-empty piece, or None once the stream has ended properly."""
-        adapter = self.adapter
-        sse = adapter.stream_framing == "sse"
+        decoder, failures = self.decoder, self.failures
+        sse = decoder.framing == "sse"
         while self.queued or not self.done:
             if self.queued:
                 piece = self._taken(self.queued.popleft())
                 if piece:
                     return piece
                 continue
-            with adapter._classified(timeout_message):
+            with failures.classified(timeout_message):
                 async with asyncio.timeout_at(deadline):
                     try:
                         line = await anext(self._lines)
@@ -91,7 +107,7 @@ class CompletionStream:
                 if self.finish_reason:  # ended without its end marker, but after the finish
                     self.done = True
                     break
-                raise adapter._failed(ErrorClass.REFUSED, "the stream ended before its end")
+                raise failures.failed(ErrorClass.REFUSED, "the stream ended before its end")
             if sse:
                 if not line.startswith("data:"):
                     continue  # event names, comments, blank separators
@@ -106,8 +122,8 @@ class CompletionStream:
             try:
                 event = json.loads(data)
             except (ValueError, RecursionError):
-                raise adapter.malformed("a stream event is not JSON") from None
-            piece = self._taken(adapter.stream_event(event, self))
+                raise failures.malformed("a stream event is not JSON") from None
+            piece = self._taken(decoder.decode(event, self))
             if piece:
                 return piece
         return None

@@ -17,7 +17,6 @@ from providers.adapters.errors import ERROR_TABLE, ErrorClass, ProviderError, cl
 from providers.adapters.messages import CompletionRequest, Reasoning, Tool
 from providers.adapters.ollama import OllamaAdapter, keep_alive_value
 from providers.adapters.pool import make_client
-from providers.adapters.stream import CompletionStream
 from providers.engine.breaker import State
 from providers.fake_provider import DEFAULT_TEXT, FakeProvider
 from providers.fake_provider.app import OLLAMA_BUSY
@@ -198,10 +197,10 @@ class TestAStreamedThinkingAnswer:
         self, make_adapter
     ):
         adapter = make_adapter("http://127.0.0.1:1")
-        stream = CompletionStream(adapter, httpx.Response(200), 5.0, 0.0)
+        stream = adapter.stream_over(shop_question(), httpx.Response(200), 5.0, 0.0)
         line = {"message": {"role": "assistant", "content": "Yes", "thinking": "Hm."}}
 
-        assert adapter.stream_event({**line, "done": False}, stream) == Reasoning("Hm.")
+        assert stream.decoder.decode({**line, "done": False}, stream) == Reasoning("Hm.")
         assert list(stream.queued) == ["Yes"]
 
     async def test_an_error_line_mid_stream_breaks_it_in_ollamas_words(self, make_adapter):
@@ -210,10 +209,10 @@ class TestAStreamedThinkingAnswer:
         line = '{"error":"an error was encountered while running the model"}'
         assert line in reference
         adapter = make_adapter("http://127.0.0.1:1")
-        stream = CompletionStream(adapter, httpx.Response(200), 5.0, 0.0)
+        stream = adapter.stream_over(shop_question(), httpx.Response(200), 5.0, 0.0)
 
         with pytest.raises(ProviderError) as caught:
-            adapter.stream_event(
+            stream.decoder.decode(
                 {"error": "an error was encountered while running the model"}, stream
             )
 

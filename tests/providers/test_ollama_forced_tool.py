@@ -26,7 +26,6 @@ from providers.adapters.messages import (
 )
 from providers.adapters.ollama import OllamaAdapter
 from providers.adapters.pool import make_client
-from providers.adapters.stream import CompletionStream
 from providers.adapters.tools import EMPTY_OBJECT, forced_by_format
 from providers.fake_provider import FakeProvider
 from tests.factories import TEST_CLIENT_KEY
@@ -230,25 +229,23 @@ class TestTheAnswer:
 
     async def test_a_streamed_answer_that_ends_as_no_json_object_is_malformed(self, make_adapter):
         adapter = make_adapter("http://127.0.0.1:1")
-        stream = CompletionStream(adapter, httpx.Response(200), 5.0, 0.0)
-        adapter.stream_started(forced(), stream)
+        stream = adapter.stream_over(forced(), httpx.Response(200), 5.0, 0.0)
 
-        first = adapter.stream_event({"message": {"content": ' {"city": '}, "done": False}, stream)
+        first = stream.decoder.decode({"message": {"content": ' {"city": '}, "done": False}, stream)
         assert isinstance(first, ToolCallDelta) and first.name == "get_weather"
         stream.calls[0] = [first.id, first.name, '{"city": ']  # what the stream has noted
 
         with pytest.raises(ProviderError) as caught:
-            adapter.stream_event({"message": {"content": ""}, "done": True}, stream)
+            stream.decoder.decode({"message": {"content": ""}, "done": True}, stream)
         assert caught.value.error_class == ErrorClass.MALFORMED
 
     async def test_a_stream_cut_at_its_token_limit_keeps_the_arguments_so_far(self, make_adapter):
         adapter = make_adapter("http://127.0.0.1:1")
-        stream = CompletionStream(adapter, httpx.Response(200), 5.0, 0.0)
-        adapter.stream_started(forced(), stream)
+        stream = adapter.stream_over(forced(), httpx.Response(200), 5.0, 0.0)
         stream.calls[0] = ["call_1", "get_weather", '{"city": "Par']
 
         end = {"message": {"content": "is"}, "done": True, "done_reason": "length"}
-        piece = adapter.stream_event(end, stream)
+        piece = stream.decoder.decode(end, stream)
 
         assert piece == ToolCallDelta(0, arguments="is")
         assert stream.finish_reason == "length"

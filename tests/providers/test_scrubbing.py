@@ -216,7 +216,9 @@ def test_every_secret_the_process_can_send_leaves_any_providers_words(monkeypatc
     adapter = ADAPTERS["openai"](
         replace(config("openai", "http://127.0.0.1:9"), other_secrets=held), httpx.AsyncClient()
     )
-    error = adapter.malformed(f"echo {token[:14]} / {other} / smtp-password-0451 / {PLAIN_KEY}")
+    error = adapter.failures.malformed(
+        f"echo {token[:14]} / {other} / smtp-password-0451 / {PLAIN_KEY}"
+    )
     assert error.message == (
         f"unexpected answer: echo {REDACTED} / {REDACTED} / {REDACTED} / {REDACTED}"
     )

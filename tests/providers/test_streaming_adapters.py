@@ -448,7 +448,7 @@ class TestErrorEvents:
         def make(kind: str) -> tuple[ProviderAdapter, CompletionStream]:
             config = provider_config(kind, "http://127.0.0.1:1")
             adapter = ADAPTERS[kind](config, httpx.AsyncClient())
-            return adapter, CompletionStream(adapter, httpx.Response(200), 0.0, 0.0)
+            return adapter, adapter.stream_over(shop_question(), httpx.Response(200), 0.0, 0.0)
 
         return make
 
@@ -483,6 +483,6 @@ class TestErrorEvents:
         adapter, stream = stream_of(kind)
 
         with pytest.raises(ProviderError) as caught:
-            adapter.stream_event(event, stream)
+            stream.decoder.decode(event, stream)
 
         assert caught.value.error_class is error_class
