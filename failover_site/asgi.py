@@ -26,9 +26,15 @@ from django.conf import settings  # noqa: E402
 from failover_site.handlers import ApiHandler, CappedASGIHandler  # noqa: E402
 from failover_site.runtime.gateway import get_gateway  # noqa: E402
 from failover_site.runtime.incidents import incidents_reconcile  # noqa: E402
-from failover_site.runtime.scheduler import InProcessScheduler, serving_process_jobs  # noqa: E402
+from failover_site.runtime.scheduler import (  # noqa: E402
+    InProcessScheduler,
+    one_off_jobs_settle,
+    serving_process_jobs,
+)
 
 logger = logging.getLogger(__name__)
+# How long a stopping process waits for the alert deliveries its threads are making.
+ONE_OFF_SETTLE_S = 5.0
 
 # Paths served by the lean handler: the frontends' endpoints.
 API_PREFIXES = ("/api/", "/v1/")
@@ -94,6 +100,8 @@ async def _lifespan(receive: Any, send: Any) -> None:
         elif message["type"] == "lifespan.shutdown":
             try:
                 await scheduler.stop()
+                # Alert deliveries in this process's threads get a few seconds to finish.
+                await asyncio.to_thread(one_off_jobs_settle, ONE_OFF_SETTLE_S)
                 await get_gateway().aclose()
                 logger.info("shut down: ledger flushed, provider connections closed")
             finally:

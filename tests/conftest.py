@@ -14,6 +14,7 @@ import pytest
 from django.conf import settings
 
 from alerts.raising import request_throttle
+from failover_site.runtime.scheduler import one_off_jobs_settle
 from providers.fake_provider import FakeProvider
 from tests.isolation import RedisClaim, point_at_claimed_redis, test_database_name
 
@@ -101,6 +102,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
     if REQUIRE_SERVICES and report.skipped and not hasattr(report, "wasxfail"):
         report.outcome = "failed"
         report.longrepr = f"skipped while services are required: {report.longrepr}"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """An alert delivery a test handed to this process's threads ends with the test, before its
+    fixtures (the database among them) are torn down: left running, it would reach into the
+    next test's database, or hold its tables while they are flushed."""
+    one_off_jobs_settle(10.0)
 
 
 @pytest.fixture(autouse=True)

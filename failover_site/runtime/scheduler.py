@@ -18,7 +18,9 @@ import asyncio
 import contextlib
 import logging
 import threading
-from concurrent.futures import ThreadPoolExecutor
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
 from typing import Any
 
 from django.conf import settings
@@ -42,6 +44,10 @@ def uses_celery() -> bool:
 
 
 _threads = ThreadPoolExecutor(max_workers=4, thread_name_prefix="failover-jobs")
+# What this process's threads hold: the jobs handed over, and those waiting on a countdown.
+_handed: set[Future[None]] = set()
+_waiting: set[threading.Thread] = set()  # threading.Timer, each
+_held = threading.Lock()
 
 
 def run_one_off(name: str, *args: Any) -> None:
@@ -61,7 +67,7 @@ def enqueue(name: str, *args: Any, countdown: float = 0.0, local: bool = False) 
     up the caller (the database thread of a serving process)."""
     assert name in jobs.ONE_OFF, name
     if uses_celery() and not local:
-        _threads.submit(_publish, name, args, countdown)
+        _submit(_publish, name, args, countdown)
     else:
         _run_here(name, args, countdown)
 
@@ -81,11 +87,53 @@ def _publish(name: str, args: tuple[Any, ...], countdown: float) -> None:
 
 def _run_here(name: str, args: tuple[Any, ...], countdown: float) -> None:
     if countdown > 0:
-        timer = threading.Timer(countdown, _threads.submit, args=(run_one_off, name, *args))
+        timer = threading.Timer(countdown, _hand_over_after, args=(name, args))
         timer.daemon = True
+        with _held:
+            _waiting.add(timer)
         timer.start()
     else:
-        _threads.submit(run_one_off, name, *args)
+        _submit(run_one_off, name, *args)
+
+
+def _hand_over_after(name: str, args: tuple[Any, ...]) -> None:
+    with _held:
+        _waiting.discard(threading.current_thread())  # the timer itself
+    _submit(run_one_off, name, *args)
+
+
+def _submit(*call: Any) -> None:
+    future = _threads.submit(*call)
+    with _held:
+        _handed.add(future)
+    future.add_done_callback(_forget)
+
+
+def _forget(future: Future[None]) -> None:
+    with _held:
+        _handed.discard(future)
+
+
+def one_off_jobs_settle(timeout_s: float) -> int:
+    """Let the one-off jobs this process's threads hold finish, waiting up to `timeout_s`
+    (a stopping process: an alert being delivered gets its chance); those still waiting on a
+    countdown are cancelled, as the process's end would drop them. Returns how many were left
+    unfinished."""
+    with _held:
+        timers = [timer for timer in _waiting if isinstance(timer, threading.Timer)]
+        _waiting.clear()
+    for timer in timers:
+        timer.cancel()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with _held:
+            handed = list(_handed)
+        if not handed:
+            return 0
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return len(handed)
+        futures_wait(handed, timeout=remaining)
 
 
 class InProcessScheduler:
