@@ -31,7 +31,7 @@ from providers.routing.answer_cache import CachedAnswer, answer_key, cache_read
 from providers.routing.ports import Ports, Runtime
 from providers.routing.rate_limits import rate_abandon, rate_settle
 from providers.routing.strategies import hedged, in_turn, ordered
-from providers.routing.streams import finish_reason, finish_stream
+from providers.routing.streams import PendingStream, finish_reason
 from providers.routing.trickle import trickle
 from providers.routing.walk import (
     CANNOT_SERVE,
@@ -40,7 +40,6 @@ from providers.routing.walk import (
     AttemptResult,
     Refused,
     RouteRequest,
-    Ticket,
     Walk,
 )
 
@@ -88,7 +87,7 @@ class RouteResult:
     interrupted: bool = False
     attempts: list[Attempt] = field(default_factory=list)
     events: list[BreakerEvent] = field(default_factory=list)
-    _pending: _Pending | None = None
+    pending: PendingStream | None = None  # the stream's settling, until `finish_stream`
 
     @property
     def outcome(self) -> str:
@@ -97,11 +96,22 @@ class RouteResult:
         return "fallback" if self.is_fallback else "ok"
 
 
-@dataclass(slots=True)
-class _Pending:
-    walk: Walk
-    ticket: Ticket
-    attempt: Attempt
+async def finish_stream(
+    result: RouteResult, error: ProviderError | None = None, *, client_gone: bool = False
+) -> None:
+    """Settle a streamed answer once it has ended (`PendingStream.finish`) and fill `result`
+    in with what it came to; nothing when it was settled already."""
+    pending, result.pending = result.pending, None
+    end = await pending.finish(error, client_gone=client_gone) if pending is not None else None
+    if end is None:
+        return
+    result.text, result.tool_calls, result.reasoning = end.text, end.tool_calls, end.reasoning
+    result.tokens_in, result.tokens_out, result.cost = end.tokens_in, end.tokens_out, end.cost
+    result.tokens_estimated = end.tokens_estimated
+    result.finish_reason = end.finish_reason
+    if end.interrupted_by:
+        result.interrupted = True
+        result.reason = end.interrupted_by
 
 
 async def route(request: RouteRequest, runtime: Runtime) -> RouteResult:
@@ -111,7 +121,7 @@ async def route(request: RouteRequest, runtime: Runtime) -> RouteResult:
     except BaseException:
         rate_abandon(runtime.ports, request.rate)  # a failed walk is not left pending
         raise
-    if result._pending is None:  # a stream is counted when it is settled
+    if result.pending is None:  # a stream is counted when it is settled
         await rate_settle(runtime.ports, request.rate)
     result.store_prompt = snapshot.policy.store_prompts
     return result
@@ -211,7 +221,7 @@ def _answered(
         first = result.stream.first
         routed.text = first if isinstance(first, str) else ""
         routed.stream = result.stream
-        routed._pending = _Pending(walk, result.ticket, result.attempt)
+        routed.pending = PendingStream(walk, result.ticket, result.attempt, result.stream)
         return routed
     completion = result.completion
     assert completion is not None

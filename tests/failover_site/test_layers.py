@@ -1,7 +1,7 @@
 """The architecture's rules, checked on the import graph (docs/architecture.md, "Layers").
 
-Read from the source with `ast`, so a rule breaks here the moment an import breaks it: no cycle
-between modules, dependencies one way (endpoints → engine → state and adapters; the runtime
+Read from the source with `ast` (`TYPE_CHECKING` imports too), so a rule breaks here the moment
+an import breaks it: no cycle between modules, dependencies one way (endpoints → engine → state and adapters; the runtime
 wires them), the pure decisions free of Django and I/O, no module past 400 lines, and only a
 few function-level imports, each saying why it can't be at the top.
 """
@@ -120,15 +120,11 @@ def _imports_of(module: str, path: Path) -> list[Import]:
         above = lines[node.lineno - 2].strip() if node.lineno > 1 else ""
         return "#" in lines[node.lineno - 1] or above.startswith("#")
 
-    def visit(node: ast.AST, in_function: bool, type_checking: bool) -> None:
+    def visit(node: ast.AST, in_function: bool) -> None:
+        # Imports under `if TYPE_CHECKING:` count too: a cycle hidden from the interpreter is
+        # still a cycle in the design.
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
-                for grandchild in child.body:
-                    visit(grandchild, in_function, True)
-                for grandchild in child.orelse:
-                    visit(grandchild, in_function, type_checking)
-                continue
-            if isinstance(child, ast.Import | ast.ImportFrom) and not type_checking:
+            if isinstance(child, ast.Import | ast.ImportFrom):
                 if isinstance(child, ast.Import):
                     names = [alias.name for alias in child.names]
                 else:
@@ -140,9 +136,9 @@ def _imports_of(module: str, path: Path) -> list[Import]:
                         Import(module, target, child.lineno, in_function, commented(child))
                     )
             inside = in_function or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
-            visit(child, inside, type_checking)
+            visit(child, inside)
 
-    visit(tree, False, False)
+    visit(tree, False)
     return found
 
 
@@ -229,26 +225,78 @@ def test_the_pure_decisions_import_no_django_and_no_io():
     assert libraries - set(sys.stdlib_module_names) <= PURE_MAY_IMPORT
 
 
-def test_the_engine_and_the_state_below_it_import_no_django():
-    bad = [
+def _django_in_the_engine(imports: list[Import]) -> list[Import]:
+    return [
         i
-        for i in IMPORTS
+        for i in imports
         if any(_within(i.importer, layer) for layer in DJANGO_FREE)
         and i.target in ("django", "asgiref")
     ]
-    assert not bad, _violations("Django stays out of the engine", bad)
 
 
-def test_each_engine_layer_imports_only_the_layers_below_it():
+def _engine_layers_reaching_up(imports: list[Import]) -> list[Import]:
     bad = []
-    for found in IMPORTS:
+    for found in imports:
         layer = next((name for name in ENGINE_LAYERS if _within(found.importer, name)), None)
         if layer is None or found.target not in SOURCES:
             continue
         allowed = ENGINE_LAYERS[layer] | {layer}
         if not any(_within(found.target, name) for name in allowed):
             bad.append(found)
+    return bad
+
+
+def test_the_engine_and_the_state_below_it_import_no_django():
+    bad = _django_in_the_engine(IMPORTS)
+    assert not bad, _violations("Django stays out of the engine", bad)
+
+
+def test_each_engine_layer_imports_only_the_layers_below_it():
+    bad = _engine_layers_reaching_up(IMPORTS)
     assert not bad, _violations("an engine layer reaches up or sideways", bad)
+
+
+def _with_lines_added(module: str, added: str, tmp_path: Path) -> list[Import]:
+    """The project's imports as they would be with `added` put at the top of `module`."""
+    source = SOURCES[module].read_text(encoding="utf-8")
+    head, _, rest = source.partition("\nfrom __future__ import annotations\n")
+    changed = tmp_path / SOURCES[module].name
+    changed.write_text(f"{head}\nfrom __future__ import annotations\n{added}\n{rest}")
+    return [i for i in IMPORTS if i.importer != module] + _imports_of(module, changed)
+
+
+def test_an_injected_type_checking_cycle_is_caught(tmp_path):
+    imports = _with_lines_added(
+        "providers.routing.streams",
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        "    from providers.routing.cascade import RouteResult",
+        tmp_path,
+    )
+    edges: dict[str, set[str]] = {module: set() for module in SOURCES}
+    for found in imports:
+        if found.target in SOURCES and found.target != found.importer:
+            edges[found.importer].add(found.target)
+    assert any(
+        {"providers.routing.cascade", "providers.routing.streams"} <= set(cycle)
+        for cycle in _cycles(edges)
+    )
+
+
+def test_an_injected_django_import_in_the_engine_is_caught(tmp_path):
+    imports = _with_lines_added(
+        "providers.routing.walk", "from django.conf import settings", tmp_path
+    )
+    assert [i.importer for i in _django_in_the_engine(imports)] == ["providers.routing.walk"]
+
+
+def test_an_injected_upward_import_is_caught(tmp_path):
+    imports = _with_lines_added(
+        "providers.state.memory_store", "from providers.routing.walk import Walk", tmp_path
+    )
+    bad = _engine_layers_reaching_up(imports)
+    assert [(i.importer, i.target) for i in bad] == [
+        ("providers.state.memory_store", "providers.routing.walk")
+    ]
 
 
 def test_billing_and_alerts_never_import_the_engine_or_the_runtime():
