@@ -1,9 +1,9 @@
 """The architecture's rules, checked on the import graph (docs/architecture.md, "Layers").
 
 Read from the source with `ast` (`TYPE_CHECKING` imports too), so a rule breaks here the moment
-an import breaks it: no cycle between modules, dependencies one way (endpoints → engine → state and adapters; the runtime
-wires them), the pure decisions free of Django and I/O, no module past 400 lines, and only a
-few function-level imports, each saying why it can't be at the top.
+an import breaks it: no cycle between modules, dependencies one way (endpoints → engine → state
+and adapters; the runtime wires them), the pure decisions free of Django and I/O, no module past
+400 lines, and only a few function-level imports, each saying why it can't be at the top.
 """
 
 from __future__ import annotations
