@@ -54,9 +54,9 @@ SOCKET_TIMEOUT_S = 0.5
 class RedisStore(StateStore):
     backend = "redis"
 
-    def __init__(self, url: str, *, socket_timeout_s: float = SOCKET_TIMEOUT_S) -> None:
+    def __init__(self, url: str, *, socket_timeout_s: float | None = None) -> None:
         self.url = url
-        self.socket_timeout_s = socket_timeout_s
+        self.socket_timeout_s = SOCKET_TIMEOUT_S if socket_timeout_s is None else socket_timeout_s
         # An asyncio client belongs to the event loop it was made on: one per loop.
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
             weakref.WeakKeyDictionary()
