@@ -33,15 +33,12 @@ from providers.api.chat_tools import (
     parse_tools,
 )
 from providers.api.fields import (
+    BodyTable,
     Field,
     JsonSchema,
-    body_schema,
-    checked,
     invalid,
-    names,
-    unknown_field,
 )
-from providers.api.json_body import ApiError, json_object
+from providers.api.json_body import ApiError
 from providers.api.validation import ROUTING_FIELDS, TEMPERATURE, max_tokens_field
 
 
@@ -271,8 +268,7 @@ CHAT_FIELDS = (
 )
 # The table's parameters this body carries, in the table's order ("user" is a routing field).
 OPTION_NAMES = tuple(name for name in params.NAMES)
-ALL_FIELDS = (*UNSUPPORTED_FIELDS, *CHAT_FIELDS)
-ALL_NAMES = names(ALL_FIELDS)
+CHAT_BODY = BodyTable(CHAT_FIELDS, refused=UNSUPPORTED_FIELDS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,16 +297,7 @@ class ChatBody:
 
 def parse_chat(raw: bytes) -> ChatBody | ApiError:
     """A Chat Completions request, validated with OpenAI's own rules where it has them."""
-    body = json_object(raw)
-    if isinstance(body, ApiError):
-        return body
-    refusal = checked(body, [field for field in UNSUPPORTED_FIELDS if field.name in body])
-    if isinstance(refusal, ApiError):
-        return refusal
-    unknown = unknown_field(body, ALL_NAMES)
-    if unknown is not None:
-        return invalid(unknown, f"Unrecognized request argument supplied: {unknown}")
-    values = checked(body, CHAT_FIELDS)
+    values = CHAT_BODY.read(raw)
     if isinstance(values, ApiError):
         return values
     system_prompt, prompt, history, turns = values["messages"]
@@ -339,8 +326,7 @@ def parse_chat(raw: bytes) -> ChatBody | ApiError:
 
 
 def chat_body_schema() -> JsonSchema:
-    return body_schema(
-        ALL_FIELDS,
-        description="A Chat Completions request; an unknown field is refused as OpenAI "
-        "refuses it. The gateway's own priority, task, allow_cloud and cache may ride along.",
+    return CHAT_BODY.schema(
+        "A Chat Completions request; an unknown field is refused as OpenAI refuses it. The "
+        "gateway's own priority, task, allow_cloud and cache may ride along."
     )

@@ -13,13 +13,14 @@ import functools
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import DisallowedHost
 from django.http import HttpRequest, HttpResponseBase, JsonResponse
 
-from failover_site.runtime.gateway import Gateway
+from failover_site.runtime.gateway import Gateway, get_gateway
 from failover_site.runtime.outcomes import record_call
 from providers.adapters.messages import CompletionRequest
 from providers.api.access import Caller, Refusal, identify_or_find, permitted, rate_checked
@@ -200,6 +201,39 @@ def refused(refusal: Refusal, render: Callable[[ApiError], JsonResponse]) -> Jso
     for name, value in refusal.headers.items():
         response[name] = value
     return response
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    gateway: Gateway
+    caller: Caller
+    parsed: Any
+
+
+async def arrived(
+    request: HttpRequest,
+    parse: Callable[[bytes], Any],
+    render: Callable[[ApiError], JsonResponse] = error_response,
+    *,
+    wrong_method_message: str = "",
+) -> Arrival | JsonResponse:
+    """A POST's checks in their order (method, host, envelope, the caller's key, the body),
+    or the refusal in the endpoint's error shape (`render`)."""
+    wrong = wrong_method(request, "POST", render, wrong_method_message)
+    if wrong is not None:
+        return wrong
+    problem = checked_host(request) or checked_envelope(request)
+    if problem is not None:
+        return render(problem)
+    gateway = get_gateway()
+    caller = await caller_of(request, gateway)
+    if isinstance(caller, Refusal):
+        return refused(caller, render)
+    raw = body_of(request)
+    parsed = raw if isinstance(raw, ApiError) else parse(raw)
+    if isinstance(parsed, ApiError):
+        return render(parsed)
+    return Arrival(gateway, caller, parsed)
 
 
 def route_request(

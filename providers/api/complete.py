@@ -10,25 +10,21 @@ from typing import Any
 
 from django.http import HttpRequest, JsonResponse
 
-from failover_site.runtime.gateway import get_gateway
 from failover_site.runtime.outcomes import record_call
 from providers.adapters.messages import CompletionRequest
 from providers.api.common import (
     TIERS,
     ApiError,
+    Arrival,
     Refusal,
-    body_of,
+    arrived,
     caller_admitted,
-    caller_of,
-    checked_envelope,
-    checked_host,
     error_response,
     failover_headers,
     json_errors,
     refused,
     route_request,
     route_safely,
-    wrong_method,
 )
 from providers.api.fields import JsonSchema
 from providers.api.validation import parse_complete
@@ -69,22 +65,12 @@ async def not_found(request: HttpRequest) -> JsonResponse:
 @json_errors
 async def complete(request: HttpRequest) -> JsonResponse:
     started = time.perf_counter()
-    wrong = wrong_method(request, "POST", message="Use POST with a JSON body.")
-    if wrong is not None:
-        return wrong
-    problem = checked_host(request)
-    if problem is None:
-        problem = checked_envelope(request)
-    if problem is not None:
-        return error_response(problem)
-    gateway = get_gateway()
-    caller = await caller_of(request, gateway)
-    if isinstance(caller, Refusal):
-        return refused(caller, error_response)
-    raw = body_of(request)
-    parsed = raw if isinstance(raw, ApiError) else parse_complete(raw)
-    if isinstance(parsed, ApiError):
-        return error_response(parsed)
+    arrival = await arrived(
+        request, parse_complete, wrong_method_message="Use POST with a JSON body."
+    )
+    if not isinstance(arrival, Arrival):
+        return arrival
+    gateway, caller, parsed = arrival.gateway, arrival.caller, arrival.parsed
     ticket = await caller_admitted(caller, gateway, priority=parsed.priority)
     if isinstance(ticket, Refusal):
         return refused(ticket, error_response)

@@ -8,15 +8,12 @@ from typing import Any
 
 from providers.api.fields import (
     NOT_BLANK,
+    BodyTable,
     Field,
     JsonSchema,
-    body_schema,
-    checked,
     invalid,
-    names,
-    unknown_field,
 )
-from providers.api.json_body import ApiError, json_object
+from providers.api.json_body import ApiError
 from providers.api.validation import ROUTING_FIELDS
 
 MAX_INPUTS = 2048  # OpenAI's own limit on one request's inputs
@@ -90,7 +87,7 @@ EMBEDDINGS_FIELDS = (
     ),
     *ROUTING_FIELDS,
 )
-ALL_NAMES = names(EMBEDDINGS_FIELDS)
+EMBEDDINGS_BODY = BodyTable(EMBEDDINGS_FIELDS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,13 +104,7 @@ class EmbeddingsBody:
 
 
 def parse_embeddings(raw: bytes) -> EmbeddingsBody | ApiError:
-    body = json_object(raw)
-    if isinstance(body, ApiError):
-        return body
-    unknown = unknown_field(body, ALL_NAMES)
-    if unknown is not None:
-        return invalid(unknown, f"Unrecognized request argument supplied: {unknown}")
-    values = checked(body, EMBEDDINGS_FIELDS)
+    values = EMBEDDINGS_BODY.read(raw)
     if isinstance(values, ApiError):
         return values
     return EmbeddingsBody(
@@ -126,7 +117,6 @@ def parse_embeddings(raw: bytes) -> EmbeddingsBody | ApiError:
 
 
 def embeddings_body_schema() -> JsonSchema:
-    return body_schema(
-        EMBEDDINGS_FIELDS,
-        description="An embeddings request; an unknown field is refused as OpenAI refuses it.",
+    return EMBEDDINGS_BODY.schema(
+        "An embeddings request; an unknown field is refused as OpenAI refuses it."
     )

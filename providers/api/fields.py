@@ -9,13 +9,14 @@ bounds. A field whose rules don't fit the table (a list of messages, `stop`) bri
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from providers.api.json_body import ApiError
+from providers.api.json_body import ApiError, json_object
 
 JsonSchema = dict[str, Any]
 Parse = Callable[[Any, dict[str, Any]], Any]  # (value or None, the body) → the value or ApiError
@@ -222,3 +223,43 @@ def body_schema(fields: Sequence[Field], *, description: str) -> JsonSchema:
     if rules:
         schema["allOf"] = rules
     return schema
+
+
+# OpenAI's words for a field it doesn't know (its own endpoints and ours that copy them).
+OPENAI_UNKNOWN = "Unrecognized request argument supplied: {name}"
+
+
+@dataclass(frozen=True)
+class BodyTable:
+    """One endpoint's body: the fields it reads, in order; the fields it refuses by name, each
+    with its own message (`refused`, checked first); and what a field in neither is told. Its
+    `read` is every endpoint's preamble: a JSON object, no refused field, no unknown field,
+    then each field's value by name, or the first problem as a 400."""
+
+    fields: tuple[Field, ...]
+    refused: tuple[Field, ...] = ()
+    unknown: str = OPENAI_UNKNOWN
+
+    @property
+    def all_fields(self) -> tuple[Field, ...]:
+        return (*self.refused, *self.fields)
+
+    @functools.cached_property
+    def known(self) -> frozenset[str]:
+        return names(self.all_fields)
+
+    def read(self, raw: bytes) -> dict[str, Any] | ApiError:
+        body = json_object(raw)
+        if isinstance(body, ApiError):
+            return body
+        if self.refused:
+            refusal = checked(body, [field for field in self.refused if field.name in body])
+            if isinstance(refusal, ApiError):
+                return refusal
+        unknown = unknown_field(body, self.known)
+        if unknown is not None:
+            return invalid(unknown, self.unknown.format(name=unknown))
+        return checked(body, self.fields)
+
+    def schema(self, description: str) -> JsonSchema:
+        return body_schema(self.all_fields, description=description)

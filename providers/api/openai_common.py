@@ -8,26 +8,16 @@ import functools
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import aclosing
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from django.http import HttpRequest, HttpResponseBase, JsonResponse, StreamingHttpResponse
 
-from failover_site.runtime.gateway import Gateway, get_gateway
+from failover_site.runtime.gateway import Gateway
 from failover_site.runtime.outcomes import record_call
 from providers.adapters.errors import ProviderError
 from providers.adapters.messages import Piece, ToolCallDelta
-from providers.api.access import Caller
-from providers.api.common import (
-    Refusal,
-    body_of,
-    caller_of,
-    checked_envelope,
-    checked_host,
-    json_errors,
-    refused,
-    wrong_method,
-)
+from providers.api.common import Arrival, json_errors
+from providers.api.common import arrived as arrive
 from providers.api.json_body import ApiError
 from providers.api.openai_shapes import error_body
 from providers.routing.cascade import RouteRequest, RouteResult, finish_stream
@@ -44,33 +34,12 @@ def ms_since(started: float) -> int:
     return round((time.perf_counter() - started) * 1000)
 
 
-@dataclass(frozen=True, slots=True)
-class Arrival:
-    gateway: Gateway
-    caller: Caller
-    parsed: Any
-
-
 async def arrived(
     request: HttpRequest, parse: Callable[[bytes], Any]
 ) -> Arrival | HttpResponseBase:
-    """A POST's checks in their order (method, host, envelope, the caller's key, the body),
-    or the refusal in OpenAI's error shape."""
-    wrong = wrong_method(request, "POST", openai_error)
-    if wrong is not None:
-        return wrong
-    problem = checked_host(request) or checked_envelope(request)
-    if problem is not None:
-        return openai_error(problem)
-    gateway = get_gateway()
-    caller = await caller_of(request, gateway)
-    if isinstance(caller, Refusal):
-        return refused(caller, openai_error)
-    raw = body_of(request)
-    parsed = raw if isinstance(raw, ApiError) else parse(raw)
-    if isinstance(parsed, ApiError):
-        return openai_error(parsed)
-    return Arrival(gateway, caller, parsed)
+    """A POST's checks in their order (`providers.api.common.arrived`), refused in OpenAI's
+    error shape."""
+    return await arrive(request, parse, openai_error)
 
 
 def routed_error(result: RouteResult, headers: dict[str, str]) -> JsonResponse:

@@ -17,15 +17,11 @@ from providers.adapters.messages import CompletionRequest
 from providers.api.chat_messages import ROLES
 from providers.api.chat_request import CHAT_FIELDS, unsupported
 from providers.api.fields import (
+    BodyTable,
     Field,
     JsonSchema,
-    body_schema,
-    checked,
-    invalid,
-    names,
-    unknown_field,
 )
-from providers.api.json_body import ApiError, json_object
+from providers.api.json_body import ApiError
 from providers.api.responses_input import (
     INPUT_SCHEMA,
     METADATA_SCHEMA,
@@ -128,8 +124,7 @@ RESPONSES_FIELDS = (
     Field("store", "boolean", "Taken, but nothing is stored: a response can't be fetched again."),
     *ROUTING_FIELDS,
 )
-ALL_FIELDS = (*UNSUPPORTED_FIELDS, *RESPONSES_FIELDS)
-ALL_NAMES = names(ALL_FIELDS)
+RESPONSES_BODY = BodyTable(RESPONSES_FIELDS, refused=UNSUPPORTED_FIELDS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,16 +147,7 @@ class ResponsesBody:
 
 def parse_responses(raw: bytes) -> ResponsesBody | ApiError:
     """A Responses API request, validated with OpenAI's own rules where it has them."""
-    body = json_object(raw)
-    if isinstance(body, ApiError):
-        return body
-    refusal = checked(body, [field for field in UNSUPPORTED_FIELDS if field.name in body])
-    if isinstance(refusal, ApiError):
-        return refusal
-    unknown = unknown_field(body, ALL_NAMES)
-    if unknown is not None:
-        return invalid(unknown, f"Unrecognized request argument supplied: {unknown}")
-    values = checked(body, RESPONSES_FIELDS)
+    values = RESPONSES_BODY.read(raw)
     if isinstance(values, ApiError):
         return values
     system_prompt, prompt, history, turns = values["input"]
@@ -197,9 +183,7 @@ def parse_responses(raw: bytes) -> ResponsesBody | ApiError:
 
 
 def responses_body_schema() -> JsonSchema:
-    return body_schema(
-        ALL_FIELDS,
-        description="A Responses API request, its text subset; an unknown field is refused "
-        "as OpenAI refuses it. The gateway's own priority, task, allow_cloud and cache may "
-        "ride along.",
+    return RESPONSES_BODY.schema(
+        "A Responses API request, its text subset; an unknown field is refused as OpenAI "
+        "refuses it. The gateway's own priority, task, allow_cloud and cache may ride along."
     )

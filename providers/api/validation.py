@@ -10,15 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from providers.api.fields import (
+    BodyTable,
     Field,
     JsonSchema,
-    body_schema,
-    checked,
-    invalid,
-    names,
-    unknown_field,
 )
-from providers.api.json_body import ApiError, json_object
+from providers.api.json_body import ApiError
 from providers.models import TASK_NAME
 
 MAX_PROMPT_CHARS = 32_000
@@ -111,7 +107,7 @@ COMPLETE_FIELDS = (
     TEMPERATURE,
     *ROUTING_FIELDS,
 )
-COMPLETE_NAMES = names(COMPLETE_FIELDS)
+COMPLETE_BODY = BodyTable(COMPLETE_FIELDS, unknown="Unknown field '{name}'.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,19 +124,11 @@ class CompleteBody:
 
 
 def parse_complete(raw: bytes) -> CompleteBody | ApiError:
-    body = json_object(raw)
-    if isinstance(body, ApiError):
-        return body
-    unknown = unknown_field(body, COMPLETE_NAMES)
-    if unknown is not None:
-        return invalid(unknown, f"Unknown field '{unknown}'.")
-    values = checked(body, COMPLETE_FIELDS)
+    values = COMPLETE_BODY.read(raw)
     if isinstance(values, ApiError):
         return values
     return CompleteBody(**values)
 
 
 def complete_body_schema() -> JsonSchema:
-    return body_schema(
-        COMPLETE_FIELDS, description="One prompt in; any field not listed here is refused."
-    )
+    return COMPLETE_BODY.schema("One prompt in; any field not listed here is refused.")

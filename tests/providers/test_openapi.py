@@ -189,7 +189,7 @@ def test_the_endpoints_document_every_refusal_they_can_give():
     ("name", "fields"),
     [
         ("CompleteRequest", validation.COMPLETE_FIELDS),
-        ("ChatCompletionRequest", chat_request.ALL_FIELDS),
+        ("ChatCompletionRequest", chat_request.CHAT_BODY.all_fields),
     ],
 )
 def test_the_documented_request_fields_are_the_ones_the_validator_takes(name, fields):
