@@ -1,9 +1,9 @@
 """What the Redis store keeps where, and the Lua scripts that change it atomically.
 
 Every write is one script (or one command), so a transition, a probe slot or a counter is atomic
-across processes. Keys carry the provider in a hash tag (`fo:{name}:…`), but one request's script
-spans several providers: the layout needs a single Redis node (docs/operations.md). `next_health` (`providers.engine.health`) and the breaker's counting are
-here in Lua: a change to either rule changes both.
+across processes. Keys carry the provider in a hash tag (`fo:{name}:…`), but a request's script
+spans providers: one Redis node, not a cluster (docs/operations.md). The breaker's counting and
+`next_health` (`providers.engine.health`) are here in Lua too: a change to either changes both.
 """
 
 from __future__ import annotations
