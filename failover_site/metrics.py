@@ -54,6 +54,7 @@ from failover_site.runtime.gateway import Gateway
 from failover_site.runtime.ledger import LedgerWriter
 from providers.aio import LoopLocal, spawn
 from providers.routing.cascade import RouteResult
+from providers.routing.walk import AttemptOutcome, Tier
 
 # prometheus-client takes its mode from the environment when imported: the process's own.
 MULTIPROCESS = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
@@ -63,8 +64,8 @@ PUBLISH_EVERY_S = 1.0
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0)
 FIRST_TOKEN_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
 # The tiers whose answer a provider call gave (the cache's, the static and degraded: none).
-_CALLED_TIERS = frozenset({"primary", "secondary"})
-_NOT_CALLED = frozenset({"skipped", "cancelled"})
+_CALLED_TIERS = frozenset({Tier.PRIMARY, Tier.SECONDARY})
+_NOT_CALLED = frozenset({AttemptOutcome.SKIPPED, AttemptOutcome.CANCELLED})
 
 # This process's metrics, kept off prometheus-client's default registry (and its process
 # collectors, which multi-process mode can't merge).

@@ -22,6 +22,7 @@ from providers.adapters.errors import ERROR_TABLE
 from providers.aio import spawn
 from providers.engine.breaker import Mode, State
 from providers.routing.cascade import RouteRequest, RouteResult
+from providers.routing.walk import Tier
 
 logger = logging.getLogger(__name__)
 
@@ -32,10 +33,10 @@ _ALERTS = {kind.value: rule.alert for kind, rule in ERROR_TABLE.items() if rule.
 def note_trouble(result: RouteResult, gateway: Gateway) -> None:
     """Hand what an operator must hear about to the alerts, off the request's path and at most
     once per key every few seconds from this process."""
-    if result.tier == "primary" and len(result.attempts) == 1:
+    if result.tier == Tier.PRIMARY and len(result.attempts) == 1:
         return  # the steady state: nothing to look at
     if (
-        result.tier in ("static", "degraded")
+        result.tier in (Tier.STATIC, Tier.DEGRADED)
         and not result.reason.startswith("kill_switch")
         and request_throttle.allow("static_tier")
     ):

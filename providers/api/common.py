@@ -29,6 +29,7 @@ from providers.engine.clients import ALL_STAND_INS, StandIn
 from providers.routing.cascade import RouteRequest, RouteResult, route
 from providers.routing.ports import Runtime
 from providers.routing.rate_limits import RateTicket
+from providers.routing.walk import Tier
 
 logger = logging.getLogger(__name__)
 
@@ -178,7 +179,7 @@ def _new_id() -> str:
 def _unroutable() -> RouteResult:
     return RouteResult(
         text="",
-        tier="none",
+        tier=Tier.NONE,
         status=503,
         reason="gateway_error",
         error={"code": "unavailable", "message": "The gateway can't route requests now."},
@@ -272,7 +273,7 @@ async def route_safely(routed: RouteRequest, runtime: Runtime) -> RouteResult:
 
 
 # The tiers an answer comes from (`RouteResult.tier`; "none" on an error that was routed).
-TIERS = ("primary", "secondary", "cache", "static", "degraded")
+TIERS = tuple(tier.value for tier in Tier if tier != Tier.NONE)
 # `failover_headers` as the OpenAPI document describes them: on every routed answer.
 FAILOVER_HEADERS: dict[str, dict[str, Any]] = {
     "X-Request-Id": {
@@ -303,7 +304,11 @@ FAILOVER_HEADERS: dict[str, dict[str, Any]] = {
     },
 }
 # What stood in for a provider's answer, by the tier that gave it.
-_STAND_INS = {"cache": StandIn.CACHED, "static": StandIn.STATIC, "degraded": StandIn.DEGRADED}
+_STAND_INS = {
+    Tier.CACHE: StandIn.CACHED,
+    Tier.STATIC: StandIn.STATIC,
+    Tier.DEGRADED: StandIn.DEGRADED,
+}
 
 
 def failover_headers(result: RouteResult, request_id: str) -> dict[str, str]:

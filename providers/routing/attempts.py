@@ -30,6 +30,7 @@ from providers.routing.walk import (
     CANNOT_SERVE,
     MIN_ATTEMPT_S,
     Attempt,
+    AttemptOutcome,
     AttemptResult,
     Ticket,
     Walk,
@@ -52,13 +53,15 @@ async def admit(
         own = provider
     adapter = ports.adapters.get(own)
     if adapter is None:
-        return AttemptResult(Attempt(name, "skipped", "unsupported_kind"))
+        return AttemptResult(Attempt(name, AttemptOutcome.SKIPPED, "unsupported_kind"))
     unable = adapter.cannot(request.completion)
     if unable is not None:
-        return AttemptResult(Attempt(name, "skipped", CANNOT_SERVE, detail=": ".join(unable)))
+        return AttemptResult(
+            Attempt(name, AttemptOutcome.SKIPPED, CANNOT_SERVE, detail=": ".join(unable))
+        )
     if provider.api_key_env and not provider.api_key:
         # Its key variable isn't set in this process: a call could only be refused.
-        return AttemptResult(Attempt(name, "skipped", "api_key_missing"))
+        return AttemptResult(Attempt(name, AttemptOutcome.SKIPPED, "api_key_missing"))
     budgets = [b for b in walk.snapshot.budgets if b.applies_to(provider, request.client)]
     now = ports.clock.wall()
     keys = {b.id: spend_key(b.id, b.period, now, walk.policy.time_zone) for b in budgets}
@@ -73,7 +76,7 @@ async def admit(
         state, spent = heard
     unhealthy = health_gate(walk, state)
     if unhealthy:
-        return AttemptResult(Attempt(name, "skipped", unhealthy))
+        return AttemptResult(Attempt(name, AttemptOutcome.SKIPPED, unhealthy))
 
     decision = breaker.admit(name, state, policy, now)
     if trickle and decision.admission == Admission.REJECT and decision.reason == "breaker_open":
@@ -88,25 +91,25 @@ async def admit(
             state, _ = await store.read(name)
             decision = breaker.admit(name, state, policy, now)
             if decision.transition is not None:
-                return AttemptResult(Attempt(name, "skipped", "probe_rejected"))
+                return AttemptResult(Attempt(name, AttemptOutcome.SKIPPED, "probe_rejected"))
     if decision.admission == Admission.REJECT:
         walk.events.extend(decision.events)
         if state.state == breaker.State.OPEN and state.mode == breaker.Mode.AUTO:
             walk.note_open(state.open_until, provider)
-        return AttemptResult(Attempt(name, "skipped", decision.reason))
+        return AttemptResult(Attempt(name, AttemptOutcome.SKIPPED, decision.reason))
 
     holds = reservation(request.completion, provider, budgets, keys, request.priority)
     budget_skip = budget_gate(spent, holds)
     if budget_skip:
-        return AttemptResult(Attempt(name, "skipped", budget_skip))
+        return AttemptResult(Attempt(name, AttemptOutcome.SKIPPED, budget_skip))
     # Not one more call behind those already waiting on it (it may be stuck): the next one.
     if not ports.in_flight.take(name, provider.max_in_flight):
-        return AttemptResult(Attempt(name, "skipped", "in_flight_limit"))
+        return AttemptResult(Attempt(name, AttemptOutcome.SKIPPED, "in_flight_limit"))
 
     time_left = walk.deadline - ports.clock.mono()
     if time_left < MIN_ATTEMPT_S:  # the bookkeeping took the time
         ports.in_flight.give(name)
-        return AttemptResult(Attempt(name, "skipped", "deadline_exceeded"))
+        return AttemptResult(Attempt(name, AttemptOutcome.SKIPPED, "deadline_exceeded"))
     was_probe = decision.admission == Admission.PROBE
     if was_probe and not await store.acquire_probe(
         name, state.version, policy.half_open_probes, ports.clock.wall()
@@ -115,7 +118,7 @@ async def admit(
         walk.events.append(
             breaker.BreakerEvent(breaker.EventKind.PROBE_REJECTED, name, ports.clock.wall())
         )
-        return AttemptResult(Attempt(name, "skipped", "probe_rejected"))
+        return AttemptResult(Attempt(name, AttemptOutcome.SKIPPED, "probe_rejected"))
     completion, release = request.completion, None
     if provider.model != adapter.config.model:  # an alias's entry: the model it names
         completion = replace(completion, model=provider.model)
@@ -125,7 +128,7 @@ async def admit(
             ports.in_flight.give(name)
             if was_probe:  # it will never report: its slot goes to the next call
                 await store.release_probe(name, state.version)
-            return AttemptResult(Attempt(name, "skipped", held))
+            return AttemptResult(Attempt(name, AttemptOutcome.SKIPPED, held))
         release = held
         if completion.max_tokens is None and not completion.embed:  # the worst case, held
             completion = replace(completion, max_tokens=answer_tokens_reserved(None))
@@ -266,7 +269,12 @@ async def _call(walk: Walk, ticket: Ticket, cancel: asyncio.Event | None) -> Att
             else ("breaker_opened", f"moved on after {latency_s:.1f} s: its breaker opened")
         )
         attempt = Attempt(
-            name, "cancelled", kind, round(latency_s * 1000), detail=detail, model=provider.model
+            name,
+            AttemptOutcome.CANCELLED,
+            kind,
+            round(latency_s * 1000),
+            detail=detail,
+            model=provider.model,
         )
         return AttemptResult(attempt)
     except Cancelled:
@@ -276,7 +284,7 @@ async def _call(walk: Walk, ticket: Ticket, cancel: asyncio.Event | None) -> Att
             await ports.store.release(ticket.release.holder, ticket.release.keys)
         latency_ms = round((ports.clock.mono() - ticket.started) * 1000)
         return AttemptResult(
-            Attempt(name, "cancelled", latency_ms=latency_ms, model=provider.model)
+            Attempt(name, AttemptOutcome.CANCELLED, latency_ms=latency_ms, model=provider.model)
         )
     except asyncio.CancelledError:
         # The request itself was cancelled (its client went away): the holds and a probe's
@@ -330,7 +338,10 @@ async def _settle(
         problem = first_piece_problem(request, stream.first)
         if not problem:  # settled when it ends (finish_stream)
             attempt = Attempt(
-                name, "ok", latency_ms=round(latency_s * 1000), model=ticket.provider.model
+                name,
+                AttemptOutcome.OK,
+                latency_ms=round(latency_s * 1000),
+                model=ticket.provider.model,
             )
             return AttemptResult(attempt, stream=stream, ticket=ticket)
         # Nothing of it is relayed: what it used is counted, and the next provider asked.

@@ -37,9 +37,11 @@ from providers.routing.walk import (
     CANNOT_SERVE,
     TOO_SMALL,
     Attempt,
+    AttemptOutcome,
     AttemptResult,
     Refused,
     RouteRequest,
+    Tier,
     Walk,
 )
 
@@ -61,7 +63,7 @@ DEGRADED_NOTICE = "The assistant is unavailable right now."
 @dataclass(slots=True)
 class RouteResult:
     text: str
-    tier: str  # primary / secondary / cache / static / degraded / none
+    tier: Tier
     status: int = 200
     provider: str = ""
     is_fallback: bool = False
@@ -189,12 +191,12 @@ def _reason_from(snapshot: Snapshot, attempts: list[Attempt]) -> str:
         if (
             primary is not None
             and attempt.provider == primary.name
-            and attempt.outcome != "ok"
+            and attempt.outcome != AttemptOutcome.OK
             # a hedge's loser has no error class; a stuck call moved on has (`stuck`)
-            and (attempt.outcome != "cancelled" or attempt.error_class)
+            and (attempt.outcome != AttemptOutcome.CANCELLED or attempt.error_class)
         ):
             return f"primary_{attempt.error_class}"
-    if any(a.outcome == "cancelled" for a in attempts):
+    if any(a.outcome == AttemptOutcome.CANCELLED for a in attempts):
         return "hedged"
     return "all_providers_failed" if attempts else ""
 
@@ -210,7 +212,7 @@ def _answered(
         reason = "" if is_primary else "requested_by_name"
     routed = RouteResult(
         text="",
-        tier="primary" if is_primary else "secondary",
+        tier=Tier.PRIMARY if is_primary else Tier.SECONDARY,
         provider=name,
         reason=reason,
         attempts=attempts,
@@ -244,7 +246,7 @@ def _client_error(
     status = error.status if error.status in (400, 422) else 400
     return RouteResult(
         text="",
-        tier="none",
+        tier=Tier.NONE,
         status=status,
         reason="client_error",
         error={
@@ -269,7 +271,7 @@ def _cached(
 ) -> RouteResult:
     return RouteResult(
         text=hit.text,
-        tier="cache",
+        tier=Tier.CACHE,
         is_fallback=fallback,
         degradation_notice=CACHED_NOTICE if fallback else None,
         reason=reason,
@@ -303,7 +305,7 @@ def _none_can(walk: Walk, attempts: list[Attempt]) -> RouteResult:
         }
     return RouteResult(
         text="",
-        tier="none",
+        tier=Tier.NONE,
         status=400,
         reason=str(error["code"]),
         error=error,
@@ -316,7 +318,7 @@ def _unavailable(walk: Walk, attempts: list[Attempt], reason: str, why: str) -> 
     """The 503 of a request nothing may answer, with when a retry may find a provider."""
     return RouteResult(
         text="",
-        tier="none",
+        tier=Tier.NONE,
         status=503,
         reason=reason,
         error={"code": "providers_unavailable", "message": f"No provider could answer, and {why}"},
@@ -352,7 +354,7 @@ async def _fallback(
     if match is not None:
         return RouteResult(
             text=match.entry.answer,
-            tier="static",
+            tier=Tier.STATIC,
             is_fallback=True,
             degradation_notice=STATIC_NOTICE,
             reason=reason,
@@ -364,7 +366,7 @@ async def _fallback(
         return _unavailable(walk, attempts, reason, "no stand-in this client app takes is at hand.")
     return RouteResult(
         text=policy.degradation_message,
-        tier="degraded",
+        tier=Tier.DEGRADED,
         is_fallback=True,
         degradation_notice=DEGRADED_NOTICE,
         reason=reason,

@@ -32,12 +32,11 @@ from typing import Any
 
 from providers.aio import spawn
 from providers.routing.budget_holds import later
-from providers.routing.walk import Attempt, AttemptResult, Ticket, Walk
+from providers.routing.walk import Attempt, AttemptOutcome, AttemptResult, Ticket, Walk
 
 logger = logging.getLogger(__name__)
 
 SLOW_FIRST_BYTE = "slow_first_byte"  # the error class of a hedged attempt
-HEDGED = "hedged"  # its outcome
 
 
 def hedge_bound(walk: Walk, ticket: Ticket, *, may_hedge: bool) -> float | None:
@@ -80,7 +79,7 @@ async def at_bound(
         why = "the one call let through while every breaker is open"
     attempt = Attempt(
         ticket.provider.name,
-        HEDGED,
+        AttemptOutcome.HEDGED,
         SLOW_FIRST_BYTE,
         round(bound * 1000),
         detail=f"no first byte within {bound:g} s ({why}): the request went on; the call runs "

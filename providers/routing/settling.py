@@ -16,7 +16,7 @@ from providers.engine.config import PolicyConfig
 from providers.routing.answer_cache import cache_write
 from providers.routing.ports import Ports
 from providers.routing.rate_limits import rate_increments, rate_recorded
-from providers.routing.walk import Attempt, Ticket, Walk
+from providers.routing.walk import Attempt, AttemptOutcome, Ticket, Walk
 from providers.state.contract import Sample, SpendIncrement, Windows
 
 logger = logging.getLogger(__name__)
@@ -127,12 +127,17 @@ async def settle(
     if error is None:
         note = ticket.adapter.call_note(ticket.request)
         attempt = Attempt(
-            name, "ok", latency_ms=latency_ms, detail=note, model=provider.model, cost=cost
+            name,
+            AttemptOutcome.OK,
+            latency_ms=latency_ms,
+            detail=note,
+            model=provider.model,
+            cost=cost,
         )
         return attempt, cost
     attempt = Attempt(
         name,
-        "error",
+        AttemptOutcome.ERROR,
         error.error_class.value,
         latency_ms=latency_ms,
         status=error.status,

@@ -18,6 +18,7 @@ from providers.routing.walk import (
     MIN_ATTEMPT_S,
     TOO_SMALL,
     Attempt,
+    AttemptOutcome,
     AttemptResult,
     Refused,
     RouteRequest,
@@ -112,10 +113,10 @@ async def in_turn(
     for index, provider in enumerate(candidates):
         skip = skip_reason(provider, local_only, context_floor, needed)
         if skip:
-            attempts.append(Attempt(provider.name, "skipped", skip))
+            attempts.append(Attempt(provider.name, AttemptOutcome.SKIPPED, skip))
             continue
         if walk.deadline - walk.ports.clock.mono() < MIN_ATTEMPT_S:
-            attempts.append(Attempt(provider.name, "skipped", "deadline_exceeded"))
+            attempts.append(Attempt(provider.name, AttemptOutcome.SKIPPED, "deadline_exceeded"))
             break
         # Another provider waits behind this one: a call without a history may be hedged.
         more = any(
@@ -154,10 +155,10 @@ async def hedged(
             provider = queue.pop(0)
             skip = skip_reason(provider, local_only, context_floor, needed)
             if skip:
-                attempts.append(Attempt(provider.name, "skipped", skip))
+                attempts.append(Attempt(provider.name, AttemptOutcome.SKIPPED, skip))
                 continue
             if walk.deadline - walk.ports.clock.mono() < MIN_ATTEMPT_S:
-                attempts.append(Attempt(provider.name, "skipped", "deadline_exceeded"))
+                attempts.append(Attempt(provider.name, AttemptOutcome.SKIPPED, "deadline_exceeded"))
                 queue.clear()
                 return False
             cancel = asyncio.Event()

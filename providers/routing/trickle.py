@@ -23,7 +23,14 @@ Providers disabled by an operator, or that the sentinel reads as down, are not t
 from __future__ import annotations
 
 from providers.routing.attempts import attempt
-from providers.routing.walk import CANNOT_SERVE, TOO_SMALL, Attempt, AttemptResult, Walk
+from providers.routing.walk import (
+    CANNOT_SERVE,
+    TOO_SMALL,
+    Attempt,
+    AttemptOutcome,
+    AttemptResult,
+    Walk,
+)
 
 BREAKER_OPEN = "breaker_open"
 # Skips that say nothing of the provider, only of what this request asks of it.
@@ -35,7 +42,7 @@ def every_breaker_open(walk: Walk, attempts: list[Attempt]) -> bool:
     """No provider was called, and each one this request may use was behind an open breaker."""
     if walk.called or walk.soonest is None:
         return False
-    if any(a.outcome != "skipped" for a in attempts):
+    if any(a.outcome != AttemptOutcome.SKIPPED for a in attempts):
         return False
     reasons = {a.error_class for a in attempts}
     return BREAKER_OPEN in reasons and reasons <= NOT_FOR_THIS_REQUEST | {BREAKER_OPEN}
@@ -51,7 +58,9 @@ async def trickle(walk: Walk, attempts: list[Attempt]) -> AttemptResult | None:
     if not ports.trickle.take(ports.clock.mono()):
         return None
     result = await attempt(walk, provider, trickle=True)
-    if result.attempt.outcome == "skipped":  # never called: the turn goes to the next request
+    if (
+        result.attempt.outcome == AttemptOutcome.SKIPPED
+    ):  # never called: the turn goes to the next request
         ports.trickle.give()
     detail = result.attempt.detail
     result.attempt.detail = f"{TRICKLE_DETAIL}; {detail}" if detail else TRICKLE_DETAIL

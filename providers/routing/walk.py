@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from decimal import Decimal
+from enum import StrEnum
 from typing import Any
 
 from providers.adapters.base import ProviderAdapter
@@ -20,6 +21,29 @@ from providers.engine.config import BudgetConfig, PolicyConfig, ProviderConfig, 
 from providers.routing.ports import Ports
 from providers.routing.rate_limits import RateTicket
 from providers.state.contract import HoldRelease
+
+
+class Tier(StrEnum):
+    """Who gave the answer (the ledger's `tier`, the `x-failover-tier` header): the same values
+    as `billing.models.Tier`, which the control plane stores."""
+
+    PRIMARY = "primary"
+    SECONDARY = "secondary"
+    CACHE = "cache"
+    STATIC = "static"
+    DEGRADED = "degraded"
+    NONE = "none"  # no answer: an error
+
+
+class AttemptOutcome(StrEnum):
+    """What became of one provider on a request's walk (an attempt in the ledger)."""
+
+    OK = "ok"  # it answered
+    ERROR = "error"  # it was called and failed (`error_class` says how)
+    SKIPPED = "skipped"  # not called (`error_class` says why)
+    CANCELLED = "cancelled"  # lost a hedged race
+    HEDGED = "hedged"  # no first byte within the bound: the request went on, the call runs on
+
 
 # An attempt with less time than this left isn't worth starting.
 MIN_ATTEMPT_S = 0.05
@@ -53,7 +77,7 @@ class RouteRequest:
 @dataclass(slots=True)
 class Attempt:
     provider: str
-    outcome: str  # ok / error / skipped / cancelled
+    outcome: AttemptOutcome
     error_class: str = ""
     latency_ms: int = 0
     status: int | None = None
@@ -67,7 +91,7 @@ class Attempt:
             row["model"] = self.model
         if self.error_class:
             row["error_class"] = self.error_class
-        if self.outcome != "skipped":
+        if self.outcome != AttemptOutcome.SKIPPED:
             row["latency_ms"] = self.latency_ms
         if self.status is not None:
             row["status"] = self.status

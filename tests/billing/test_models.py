@@ -6,6 +6,8 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from billing.models import Budget, CallRecord
+from billing.models import Tier as StoredTier
+from providers.routing.walk import Tier
 from tests.factories import make_budget, make_call_record, make_client_app, make_provider
 
 pytestmark = pytest.mark.django_db
@@ -101,3 +103,8 @@ class TestCallRecord:
         first = make_call_record()
         assert CallRecord.objects.filter(request_id=first.request_id).count() == 1
         assert make_call_record().request_id != first.request_id
+
+
+def test_the_ledgers_tiers_are_the_routings():
+    # Billing stores what routing answers with, but never imports it: the two lists must agree.
+    assert [tier.value for tier in StoredTier] == [tier.value for tier in Tier]
