@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from providers.engine.config import PolicyConfig
+from providers.engine.reasons import SkipReason
 
 # p95 above the limit ⇔ more than 5 % of the calls in the window took longer than the limit.
 P95_SHARE = 0.05
@@ -156,12 +157,12 @@ def cooldown_for(reopens: int, policy: PolicyConfig) -> float:
 def admit(name: str, current: BreakerState, policy: PolicyConfig, now: float) -> Decision:
     """May a call go to this provider now?"""
     if current.mode == Mode.DISABLED:
-        return Decision(Admission.REJECT, "disabled")
+        return Decision(Admission.REJECT, SkipReason.DISABLED)
     if current.mode == Mode.FORCED_CLOSED or current.state == State.CLOSED:
         return Decision(Admission.ALLOW)
     if current.state == State.OPEN:
         if now < current.open_until:
-            return Decision(Admission.REJECT, "breaker_open")
+            return Decision(Admission.REJECT, SkipReason.BREAKER_OPEN)
         half_open = _half_open(current, now)
         event = BreakerEvent(EventKind.HALF_OPENED, name, now, current.reason)
         return Decision(Admission.PROBE, transition=half_open, events=(event,))
@@ -172,7 +173,7 @@ def admit(name: str, current: BreakerState, policy: PolicyConfig, now: float) ->
         event = BreakerEvent(EventKind.HALF_OPENED, name, now, "probes_lost")
         return Decision(Admission.PROBE, transition=_half_open(current, now), events=(event,))
     event = BreakerEvent(EventKind.PROBE_REJECTED, name, now)
-    return Decision(Admission.REJECT, "probe_rejected", events=(event,))
+    return Decision(Admission.REJECT, SkipReason.PROBE_REJECTED, events=(event,))
 
 
 def on_outcome(

@@ -17,6 +17,7 @@ from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from providers.engine.config import BudgetConfig, ProviderConfig
+from providers.engine.reasons import SkipReason
 
 # The answer a request reserves for when it names no max_tokens; the call is then capped at
 # it, so the reservation really is the worst case.
@@ -122,9 +123,9 @@ def hold_refusal(spent: float, held: float, hold: Hold) -> str:
     can): the one rule `StateStore.reserve` applies atomically (the Redis script too)."""
     used = spent + held
     if used + hold.amount > hold.limit + EPSILON:
-        return "budget_exhausted"
+        return SkipReason.BUDGET_EXHAUSTED
     if used >= hold.level - EPSILON:
-        return "budget_high_priority_only"
+        return SkipReason.BUDGET_HIGH_PRIORITY_ONLY
     return ""
 
 

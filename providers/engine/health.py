@@ -20,6 +20,7 @@ from enum import StrEnum
 
 from providers.engine.breaker import BreakerState, Mode, State
 from providers.engine.config import PolicyConfig
+from providers.engine.reasons import SkipReason
 
 # A verdict not refreshed for this many intervals lapses back to unknown: a sentinel that has
 # stopped must not keep a provider skipped for ever (the breaker still guards it). The watchdog
@@ -96,9 +97,9 @@ def next_health(
 def health_skip(health: str, priority: str) -> str:
     """Why a request passes this provider by, from its health ("" to try it)."""
     if health == Health.DOWN:
-        return "health_down"
+        return SkipReason.HEALTH_DOWN
     if health == Health.DEGRADED and priority == "high":
-        return "health_degraded"
+        return SkipReason.HEALTH_DEGRADED
     return ""
 
 

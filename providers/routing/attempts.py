@@ -20,6 +20,7 @@ from providers.engine.budgets import (
 )
 from providers.engine.config import ProviderConfig
 from providers.engine.health import Health, health_skip
+from providers.engine.reasons import SkipReason
 from providers.engine.scrub import KEPT_LIMIT, scrub_cut, scrubbed_traceback
 from providers.routing.budget_holds import hold, later, release_later, reservation
 from providers.routing.compliance import answer_problem, first_piece_problem
@@ -53,7 +54,7 @@ async def admit(
         own = provider
     adapter = ports.adapters.get(own)
     if adapter is None:
-        return AttemptResult(Attempt(name, AttemptOutcome.SKIPPED, "unsupported_kind"))
+        return AttemptResult(Attempt(name, AttemptOutcome.SKIPPED, SkipReason.UNSUPPORTED_KIND))
     unable = adapter.cannot(request.completion)
     if unable is not None:
         return AttemptResult(
@@ -61,7 +62,7 @@ async def admit(
         )
     if provider.api_key_env and not provider.api_key:
         # Its key variable isn't set in this process: a call could only be refused.
-        return AttemptResult(Attempt(name, AttemptOutcome.SKIPPED, "api_key_missing"))
+        return AttemptResult(Attempt(name, AttemptOutcome.SKIPPED, SkipReason.API_KEY_MISSING))
     budgets = [b for b in walk.snapshot.budgets if b.applies_to(provider, request.client)]
     now = ports.clock.wall()
     keys = {b.id: spend_key(b.id, b.period, now, walk.policy.time_zone) for b in budgets}
@@ -79,7 +80,11 @@ async def admit(
         return AttemptResult(Attempt(name, AttemptOutcome.SKIPPED, unhealthy))
 
     decision = breaker.admit(name, state, policy, now)
-    if trickle and decision.admission == Admission.REJECT and decision.reason == "breaker_open":
+    if (
+        trickle
+        and decision.admission == Admission.REJECT
+        and decision.reason == SkipReason.BREAKER_OPEN
+    ):
         decision = breaker.Decision(Admission.ALLOW)
     if decision.transition is not None:
         ports.readings.forget(name)  # moved here or by another process: read it afresh
@@ -91,7 +96,9 @@ async def admit(
             state, _ = await store.read(name)
             decision = breaker.admit(name, state, policy, now)
             if decision.transition is not None:
-                return AttemptResult(Attempt(name, AttemptOutcome.SKIPPED, "probe_rejected"))
+                return AttemptResult(
+                    Attempt(name, AttemptOutcome.SKIPPED, SkipReason.PROBE_REJECTED)
+                )
     if decision.admission == Admission.REJECT:
         walk.events.extend(decision.events)
         if state.state == breaker.State.OPEN and state.mode == breaker.Mode.AUTO:
@@ -104,12 +111,12 @@ async def admit(
         return AttemptResult(Attempt(name, AttemptOutcome.SKIPPED, budget_skip))
     # Not one more call behind those already waiting on it (it may be stuck): the next one.
     if not ports.in_flight.take(name, provider.max_in_flight):
-        return AttemptResult(Attempt(name, AttemptOutcome.SKIPPED, "in_flight_limit"))
+        return AttemptResult(Attempt(name, AttemptOutcome.SKIPPED, SkipReason.IN_FLIGHT_LIMIT))
 
     time_left = walk.deadline - ports.clock.mono()
     if time_left < MIN_ATTEMPT_S:  # the bookkeeping took the time
         ports.in_flight.give(name)
-        return AttemptResult(Attempt(name, AttemptOutcome.SKIPPED, "deadline_exceeded"))
+        return AttemptResult(Attempt(name, AttemptOutcome.SKIPPED, SkipReason.DEADLINE_EXCEEDED))
     was_probe = decision.admission == Admission.PROBE
     if was_probe and not await store.acquire_probe(
         name, state.version, policy.half_open_probes, ports.clock.wall()
@@ -118,7 +125,7 @@ async def admit(
         walk.events.append(
             breaker.BreakerEvent(breaker.EventKind.PROBE_REJECTED, name, ports.clock.wall())
         )
-        return AttemptResult(Attempt(name, AttemptOutcome.SKIPPED, "probe_rejected"))
+        return AttemptResult(Attempt(name, AttemptOutcome.SKIPPED, SkipReason.PROBE_REJECTED))
     completion, release = request.completion, None
     if provider.model != adapter.config.model:  # an alias's entry: the model it names
         completion = replace(completion, model=provider.model)

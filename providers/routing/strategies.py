@@ -12,6 +12,7 @@ from dataclasses import replace
 from providers.adapters.errors import ERROR_TABLE
 from providers.adapters.messages import context_needed
 from providers.engine.config import PolicyConfig, ProviderConfig
+from providers.engine.reasons import SkipReason
 from providers.routing.attempts import attempt
 from providers.routing.settling import settle
 from providers.routing.walk import (
@@ -94,7 +95,7 @@ def skip_reason(provider: ProviderConfig, local_only: bool, context_floor: int, 
     long, or than the request's estimated need: it goes to one with a larger window, and
     nothing counts against its breaker)."""
     if local_only and not provider.is_local:
-        return "cloud_not_allowed"
+        return SkipReason.CLOUD_NOT_ALLOWED
     if context_floor and provider.context_window <= context_floor:
         return TOO_SMALL
     if needed > provider.context_window:
@@ -116,7 +117,9 @@ async def in_turn(
             attempts.append(Attempt(provider.name, AttemptOutcome.SKIPPED, skip))
             continue
         if walk.deadline - walk.ports.clock.mono() < MIN_ATTEMPT_S:
-            attempts.append(Attempt(provider.name, AttemptOutcome.SKIPPED, "deadline_exceeded"))
+            attempts.append(
+                Attempt(provider.name, AttemptOutcome.SKIPPED, SkipReason.DEADLINE_EXCEEDED)
+            )
             break
         # Another provider waits behind this one: a call without a history may be hedged.
         more = any(
@@ -158,7 +161,9 @@ async def hedged(
                 attempts.append(Attempt(provider.name, AttemptOutcome.SKIPPED, skip))
                 continue
             if walk.deadline - walk.ports.clock.mono() < MIN_ATTEMPT_S:
-                attempts.append(Attempt(provider.name, AttemptOutcome.SKIPPED, "deadline_exceeded"))
+                attempts.append(
+                    Attempt(provider.name, AttemptOutcome.SKIPPED, SkipReason.DEADLINE_EXCEEDED)
+                )
                 queue.clear()
                 return False
             cancel = asyncio.Event()

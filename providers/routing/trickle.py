@@ -22,6 +22,7 @@ Providers disabled by an operator, or that the sentinel reads as down, are not t
 
 from __future__ import annotations
 
+from providers.engine.reasons import SkipReason
 from providers.routing.attempts import attempt
 from providers.routing.walk import (
     CANNOT_SERVE,
@@ -32,9 +33,9 @@ from providers.routing.walk import (
     Walk,
 )
 
-BREAKER_OPEN = "breaker_open"
+BREAKER_OPEN = SkipReason.BREAKER_OPEN
 # Skips that say nothing of the provider, only of what this request asks of it.
-NOT_FOR_THIS_REQUEST = frozenset({CANNOT_SERVE, TOO_SMALL, "cloud_not_allowed"})
+NOT_FOR_THIS_REQUEST = frozenset({CANNOT_SERVE, TOO_SMALL, SkipReason.CLOUD_NOT_ALLOWED})
 TRICKLE_DETAIL = "let through while every breaker is open"
 
 

@@ -18,6 +18,7 @@ from providers.engine.breaker import BreakerEvent, BreakerState
 from providers.engine.budgets import Hold
 from providers.engine.clients import ALL_STAND_INS, StandIn
 from providers.engine.config import BudgetConfig, PolicyConfig, ProviderConfig, Snapshot
+from providers.engine.reasons import SkipReason
 from providers.routing.ports import Ports
 from providers.routing.rate_limits import RateTicket
 from providers.state.contract import HoldRelease
@@ -48,9 +49,9 @@ class AttemptOutcome(StrEnum):
 # An attempt with less time than this left isn't worth starting.
 MIN_ATTEMPT_S = 0.05
 # A provider passed over for what the request asks of it (its detail: "parameter: why").
-CANNOT_SERVE = "cannot_serve"
+CANNOT_SERVE = SkipReason.CANNOT_SERVE
 # A provider passed over because the request won't fit its context window.
-TOO_SMALL = "context_too_small"
+TOO_SMALL = SkipReason.CONTEXT_TOO_SMALL
 
 
 @dataclass(frozen=True, slots=True)

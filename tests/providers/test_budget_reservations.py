@@ -6,6 +6,7 @@ it used. The stores' atomic rule, the calendar periods, and the router's use of 
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -16,6 +17,8 @@ from asgiref.sync import sync_to_async
 from billing.models import Budget, CallRecord
 from providers.adapters.messages import CompletionRequest
 from providers.engine.budgets import Hold, budget_period, hold_refusal, prompt_tokens_reserved
+from providers.engine.reasons import SkipReason
+from providers.state import redis_scripts
 from providers.state.contract import HoldRelease, Sample, StateStore, Windows, spend_key
 from tests.providers.conftest import (
     ask,
@@ -437,3 +440,10 @@ async def test_housekeeping_rolls_up_and_prunes_once_across_processes(
     assert await sync_to_async(CallRecord.objects.count)() == 0  # past the 30 days: pruned
     assert await sync_to_async(DailyUsage.objects.filter(day=old.date()).exists)()
     assert await housekeeping_job(gateway) is None  # another process's turn is taken
+
+
+@pytest.mark.backend_free
+def test_the_scripts_refusals_are_the_skip_reasons_the_python_rule_gives():
+    # `budgets.hold_refusal` written again in Lua: the same words, or the ledger would hold two.
+    said = set(re.findall(r"refusal = '([a-z_]+)'", redis_scripts.RESERVE))
+    assert said == {SkipReason.BUDGET_EXHAUSTED, SkipReason.BUDGET_HIGH_PRIORITY_ONLY}
