@@ -11,9 +11,9 @@ BIN := $(VENV)/bin
 # (tests/isolation.py), so two checkouts can run the suite at once.
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
-# pytest-xdist workers per pass: most of a test's time is waiting on loopback, so more than
-# the machine's cores.
-TEST_WORKERS ?= 4
+# pytest-xdist workers per pass: one per core (more finish sooner here, but load the machine
+# past what the suite's timing tests allow).
+TEST_WORKERS ?= 2
 PYTEST_ARGS ?=
 # The suite starts a few hundred Python processes (workers, servers, commands): with bytecode
 # caching turned off in the environment, each would compile everything it imports again.
