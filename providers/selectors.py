@@ -1,5 +1,6 @@
 """Reads of the control plane: the policy row, and the snapshot the engine routes on (its
-providers, model aliases, budgets, static answers and client apps)."""
+providers, model aliases, static answers and client apps; the budgets are billing's, read by
+`billing.selectors.budget_configs` and handed in)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from typing import Any
 
 from django.db.models import Count, Max
 
-from billing.models import Budget
 from providers.engine.clients import ClientConfig, Clients
 from providers.engine.config import (
     AliasConfig,
@@ -54,8 +54,9 @@ def policy_config(row: FailoverPolicy, *, forced_provider: str) -> PolicyConfig:
     return PolicyConfig(**values)
 
 
-def snapshot_build(*, version: int) -> Snapshot:
-    """The control plane as the engine reads it (sync: call it off the event loop)."""
+def snapshot_build(*, version: int, budgets: tuple[BudgetConfig, ...]) -> Snapshot:
+    """The control plane as the engine reads it, with billing's `budgets` (sync: call it off
+    the event loop)."""
     policy_row = policy_get()
     forced = ""
     if policy_row.kill_switch_provider_id is not None:
@@ -70,23 +71,6 @@ def snapshot_build(*, version: int) -> Snapshot:
     providers = tuple(
         provider_config(row, other_secrets=secrets)
         for row in Provider.objects.filter(enabled=True).order_by("priority", "name")
-    )
-    budgets = tuple(
-        BudgetConfig(
-            id=row.pk,
-            scope=row.scope,
-            period=row.period,
-            cap=row.cap,
-            warn_pct=row.warn_pct,
-            high_priority_only_pct=row.high_priority_only_pct,
-            hard_stop_pct=row.hard_stop_pct,
-            provider=row.provider.name if row.provider is not None else "",
-            client=row.client_app.name if row.client_app is not None else "",
-            unit=row.unit,
-        )
-        for row in Budget.objects.filter(enabled=True).select_related("provider", "client_app")
-        # A client's budget whose app is gone caps nothing.
-        if row.scope != "client" or row.client_app is not None
     )
     return Snapshot(
         version=version,

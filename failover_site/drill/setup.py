@@ -15,11 +15,12 @@ from typing import Any
 from django.core.management import call_command
 from django.db import transaction
 
+from billing.seeding import demo_configuration_load
 from providers.models import ChangeAction, Provider
 from providers.selectors import policy_get
 from providers.services.audit import config_change_record, instance_snapshot
 from providers.services.client_apps import client_app_create
-from providers.services.seeding import demo_configuration_load, static_answers_load_defaults
+from providers.services.seeding import static_answers_load_defaults
 
 # The demo configuration's providers by role (providers/services/seeding.py DEMO_PROVIDERS).
 ROLES = {"primary": "ollama-local", "secondary": "openai-cloud"}

@@ -14,7 +14,7 @@ from django.conf import settings
 
 from failover_site.runtime.ledger import LedgerWriter
 from failover_site.runtime.snapshots import SnapshotHolder
-from providers.adapters.pool import AdapterPool
+from providers.adapters.pool import AdapterPool, ClientSettings
 from providers.engine.breaker import BreakerEvent
 from providers.engine.clock import Clock
 from providers.routing.breaker_watch import StuckWatch
@@ -39,10 +39,11 @@ class Gateway:
         store: StateStore,
         clock: Clock | None = None,
         ledger: LedgerWriter | None = None,
+        client_settings: ClientSettings | None = None,
     ) -> None:
         self.store = store
         self.clock = clock or Clock()
-        self.adapters = AdapterPool()
+        self.adapters = AdapterPool(client_settings or settings_for_clients())
         # With Redis, admission rides on the previous call's reply while it is this young (an
         # in-process store has no round trip to save). Other processes' moves of a closed
         # breaker are seen within it, or at once by the first call whose reply shows them.
@@ -90,6 +91,16 @@ def _note_events(events: list[BreakerEvent]) -> None:
 
 
 _gateway: Gateway | None = None
+
+
+def settings_for_clients() -> ClientSettings:
+    """The deployment's outbound choices, as the adapters' pool takes them."""
+    return ClientSettings(
+        outbound_allow=tuple(settings.OUTBOUND_ALLOW),
+        http_client=settings.PROVIDER_HTTP_CLIENT,
+        secret_hosts=settings.SECRET_DESTINATIONS,
+        secret_loopback=settings.SECRET_DESTINATIONS_LOOPBACK,
+    )
 
 
 def make_store() -> StateStore:

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 
 from django.db import Error as DatabaseError
 
-from billing.selectors import budget_spend
+from billing.selectors import budget_configs, budget_spend
 from failover_site.runtime.background import run_db
 from failover_site.runtime.key_lookup import KeyLookup
 from providers.aio import LoopLocal, spawn
@@ -40,7 +40,7 @@ def _build(*, version: int, watch_database: bool) -> tuple[Snapshot, HighWater |
     # The change record is read before the configuration: a change committed in between is
     # in the snapshot and still looks new to the next poll (one rebuild too many, none missed).
     high_water = config_change_high_water() if watch_database else None
-    return snapshot_build(version=version), high_water
+    return snapshot_build(version=version, budgets=budget_configs()), high_water
 
 
 @dataclass

@@ -3,16 +3,18 @@
 Connections stay open between requests (keep-alive), so a call costs one round trip, not a
 handshake. A provider whose configuration changes gets a new client; the old one is closed.
 The client never retries on its own: the router decides what follows a failure. It follows no
-redirect and connects only where the outbound URL policy (`OUTBOUND_ALLOW`) allows.
+redirect and connects only where the outbound URL policy (`OUTBOUND_ALLOW`) allows. The
+deployment's choices arrive as a `ClientSettings` value; this module reads no settings itself.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import httpx
-from django.conf import settings
 
 from providers.adapters import ADAPTERS
 from providers.adapters.base import ProviderAdapter
@@ -41,7 +43,21 @@ def pool_size(config: ProviderConfig) -> int:
     return max(MAX_CONNECTIONS, 2 * config.max_in_flight)
 
 
-def _transport(config: ProviderConfig, limits: httpx.Limits) -> httpx.AsyncBaseTransport:
+@dataclass(frozen=True)
+class ClientSettings:
+    """How this deployment reaches its providers: the outbound URL policy's names
+    (`OUTBOUND_ALLOW`), the HTTP client (`PROVIDER_HTTP_CLIENT`: "httpx" or "aiohttp") and where
+    each secret may be sent (`SECRET_DESTINATIONS`, `SECRET_DESTINATIONS_LOOPBACK`)."""
+
+    outbound_allow: tuple[str, ...] = ()
+    http_client: str = "httpx"
+    secret_hosts: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    secret_loopback: bool = False
+
+
+def _transport(
+    config: ProviderConfig, limits: httpx.Limits, settings: ClientSettings
+) -> httpx.AsyncBaseTransport:
     """httpx's own connection pool, or aiohttp's under httpx's API (PROVIDER_HTTP_CLIENT), held
     to the outbound URL policy (OUTBOUND_ALLOW); a base URL whose form the policy refuses (one
     saved around the model's checks) gets a transport that sends nothing; one with a key, a
@@ -49,16 +65,16 @@ def _transport(config: ProviderConfig, limits: httpx.Limits) -> httpx.AsyncBaseT
     refusal = url_refusal(config.base_url)
     if refusal:
         return BlockedTransport(refusal)
-    policy = OutboundPolicy.allowing(settings.OUTBOUND_ALLOW)
+    policy = OutboundPolicy.allowing(settings.outbound_allow)
     transport: httpx.AsyncBaseTransport
-    if settings.PROVIDER_HTTP_CLIENT == "aiohttp":
+    if settings.http_client == "aiohttp":
         transport = AiohttpTransport(limits=limits, policy=policy)
     else:
         transport = PolicyHTTPTransport(limits=limits, policy=policy)
     if not config.api_key:
         return transport
     destinations = SecretDestinations(
-        hosts=settings.SECRET_DESTINATIONS, loopback=settings.SECRET_DESTINATIONS_LOOPBACK
+        hosts=settings.secret_hosts, loopback=settings.secret_loopback
     )
     return SecretBoundTransport(transport, name=config.api_key_env, destinations=destinations)
 
@@ -84,7 +100,7 @@ class ProviderClient(httpx.AsyncClient):
         return None
 
 
-def make_client(config: ProviderConfig) -> httpx.AsyncClient:
+def make_client(config: ProviderConfig, settings: ClientSettings) -> httpx.AsyncClient:
     size = pool_size(config)
     limits = httpx.Limits(
         max_connections=size,
@@ -95,7 +111,7 @@ def make_client(config: ProviderConfig) -> httpx.AsyncClient:
         base_url=config.http_base_url,
         timeout=config.timeout_s,
         limits=limits,
-        transport=_transport(config, limits),
+        transport=_transport(config, limits, settings),
         # No proxies or netrc from the environment: a provider is reached the way it's configured.
         trust_env=False,
         follow_redirects=False,
@@ -108,7 +124,8 @@ def _connection_key(config: ProviderConfig) -> tuple[str, str, str, int]:
 
 
 class AdapterPool:
-    def __init__(self) -> None:
+    def __init__(self, settings: ClientSettings) -> None:
+        self.settings = settings
         self._adapters: LoopLocal[dict[str, ProviderAdapter]] = LoopLocal(dict)
         self._closing: set[asyncio.Task[None]] = set()
         self._replaced: set[httpx.AsyncClient] = set()
@@ -128,7 +145,7 @@ class AdapterPool:
         else:
             if adapter is not None:
                 self._close_later(adapter)
-            client = make_client(config)
+            client = make_client(config, self.settings)
         adapters[config.name] = adapter_class(config, client)
         return adapters[config.name]
 

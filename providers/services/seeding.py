@@ -12,7 +12,6 @@ from typing import Any
 
 from django.db import models, transaction
 
-from billing.models import Budget, BudgetPeriod, BudgetScope
 from providers.models import (
     AliasEntry,
     ChangeAction,
@@ -28,7 +27,7 @@ from providers.signals import config_committed_send
 DEFAULT_ANSWERS_FILE = Path(__file__).resolve().parent.parent / "data" / "static_answers.json"
 
 
-def _seeded(target_type: str) -> bool:
+def seeded(target_type: str) -> bool:
     return ConfigChange.objects.filter(action=ChangeAction.SEED, target_type=target_type).exists()
 
 
@@ -39,7 +38,7 @@ def static_answers_load_defaults(*, path: Path = DEFAULT_ANSWERS_FILE) -> int:
     Once loaded (a SEED change is on record), answers an operator deleted stay deleted.
     """
     target_type = StaticAnswer._meta.label_lower
-    if _seeded(target_type):
+    if seeded(target_type):
         return 0
     entries = json.loads(path.read_text(encoding="utf-8"))
     existing = set(StaticAnswer.objects.values_list("question", flat=True))
@@ -115,16 +114,11 @@ DEMO_PROVIDERS: tuple[dict[str, Any], ...] = (
 )
 
 
-@transaction.atomic
-def demo_configuration_load() -> bool:
-    """Load the demo providers and budgets once per database; False when already loaded.
-
+def demo_providers_create() -> list[models.Model]:
+    """The demo's providers, each created unless one of its name is there; returns those made.
     The primary is a local Ollama, the secondary OpenAI's gpt-4o-mini (key from OPENAI_API_KEY),
-    Anthropic is present but disabled; budgets keep a demo's cloud spend small.
-    """
-    target_type = "providers.demo_configuration"
-    if _seeded(target_type):
-        return False
+    Anthropic is present but disabled. Loaded once per database with the demo's budgets, by
+    `billing.seeding.demo_configuration_load`."""
     created: list[models.Model] = []
     for values in DEMO_PROVIDERS:
         if not Provider.objects.filter(name=values["name"]).exists():
@@ -132,34 +126,10 @@ def demo_configuration_load() -> bool:
             provider.full_clean()
             provider.save()
             created.append(provider)
-    openai_provider = Provider.objects.get(name="openai-cloud")
-    budgets = [
-        Budget(scope=BudgetScope.ALL, period=BudgetPeriod.DAY, cap=Decimal("5")),
-        Budget(scope=BudgetScope.ALL, period=BudgetPeriod.MONTH, cap=Decimal("100")),
-        Budget(
-            scope=BudgetScope.PROVIDER,
-            provider=openai_provider,
-            period=BudgetPeriod.DAY,
-            cap=Decimal("3"),
-        ),
-    ]
-    for budget in budgets:
-        taken = Budget.objects.filter(
-            scope=budget.scope,
-            provider=budget.provider,
-            client_app=None,
-            period=budget.period,
-            unit=budget.unit,
-        ).exists()
-        if not taken:
-            budget.full_clean()
-            budget.save()
-            created.append(budget)
-    _demo_rows_recorded(target_type, "demo configuration", created)
-    return True
+    return created
 
 
-def _demo_rows_recorded(target_type: str, what: str, created: list[models.Model]) -> None:
+def demo_rows_recorded(target_type: str, what: str, created: list[models.Model]) -> None:
     """Each demo row created, on the change record, and the part marked loaded."""
     for row in created:
         config_change_record(
@@ -203,7 +173,7 @@ def demo_aliases_load() -> list[str]:
     providers is left, is passed over; once loaded, a deleted one stays deleted.
     """
     target_type = "providers.demo_aliases"
-    if _seeded(target_type):
+    if seeded(target_type):
         return []
     created: list[models.Model] = []
     for demo in DEMO_ALIASES:
@@ -224,5 +194,5 @@ def demo_aliases_load() -> list[str]:
             entry.full_clean()
             entry.save()
             created.append(entry)
-    _demo_rows_recorded(target_type, "demo model aliases", created)
+    demo_rows_recorded(target_type, "demo model aliases", created)
     return [row.name for row in created if isinstance(row, ModelAlias)]

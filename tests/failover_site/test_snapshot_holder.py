@@ -15,12 +15,13 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import connection, connections
 
+from billing.seeding import demo_configuration_load
 from failover_site.runtime.gateway import Gateway, set_gateway
 from failover_site.runtime.snapshots import SnapshotHolder
 from providers.models import ChangeAction, ConfigChange, FailoverPolicy
 from providers.selectors import config_change_high_water, policy_get
 from providers.services.policy import kill_switch_set
-from providers.services.seeding import demo_configuration_load, static_answers_load_defaults
+from providers.services.seeding import static_answers_load_defaults
 from providers.state.contract import StateStore
 from providers.state.memory_store import MemoryStore
 

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from failover_site.runtime.gateway import settings_for_clients
 from providers.adapters import ADAPTERS
 from providers.adapters.base import ProviderAdapter
 from providers.adapters.errors import ErrorClass, ProviderError
@@ -119,7 +120,7 @@ async def make_adapter() -> AsyncIterator[Callable[..., ProviderAdapter]]:
 
     def make(kind: str, url: str, **overrides: Any) -> ProviderAdapter:
         config = provider_config(kind, url, **overrides)
-        adapter = ADAPTERS[kind](config, make_client(config))
+        adapter = ADAPTERS[kind](config, make_client(config, settings_for_clients()))
         made.append(adapter)
         return adapter
 
@@ -518,7 +519,7 @@ class TestContract:
 
 @pytest.fixture
 async def pool() -> AsyncIterator[AdapterPool]:
-    pool = AdapterPool()
+    pool = AdapterPool(settings_for_clients())
     yield pool
     await pool.aclose()
 

@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from failover_site.runtime.gateway import settings_for_clients
 from providers.adapters.anthropic import API_VERSION, DEFAULT_MAX_TOKENS, AnthropicAdapter
 from providers.adapters.errors import ErrorClass, ProviderError
 from providers.adapters.messages import CompletionRequest
@@ -48,7 +49,7 @@ async def adapter(request, settings, fake) -> AsyncIterator[AnthropicAdapter]:
         context_window=200_000,
         api_key=KEY,
     )
-    adapter = AnthropicAdapter(config, make_client(config))
+    adapter = AnthropicAdapter(config, make_client(config, settings_for_clients()))
     sent: list[httpx.Request] = []
 
     async def keep(request: httpx.Request) -> None:

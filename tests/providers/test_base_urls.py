@@ -13,6 +13,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
 
+from failover_site.runtime.gateway import settings_for_clients
 from providers.adapters import ADAPTERS
 from providers.adapters.base import ProviderAdapter
 from providers.adapters.errors import ErrorClass, ProviderError
@@ -213,7 +214,7 @@ async def make_adapter() -> AsyncIterator[Callable[..., ProviderAdapter]]:
 
     def make(kind: str, base_url: str, **overrides: Any) -> ProviderAdapter:
         provider = config(kind, base_url, **overrides)
-        adapter = ADAPTERS[kind](provider, make_client(provider))
+        adapter = ADAPTERS[kind](provider, make_client(provider, settings_for_clients()))
         made.append(adapter)
         return adapter
 

@@ -36,6 +36,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from failover_site.runtime.gateway import settings_for_clients
 from providers.adapters.errors import ERROR_TABLE, MAX_RETRY_AFTER_S, ErrorClass, ProviderError
 from providers.adapters.messages import CompletionRequest
 from providers.adapters.pool import AdapterPool
@@ -262,7 +263,7 @@ def harness(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(redis_store_module, "SOCKET_TIMEOUT_S", 10.0)
     loop = asyncio.new_event_loop()
     stores = [RedisStore(redis_url()) for _ in range(PROCESSES)] if request.param == "redis" else []
-    harness = Harness(request.param, loop, AdapterPool(), stores)
+    harness = Harness(request.param, loop, AdapterPool(settings_for_clients()), stores)
 
     async def close() -> None:
         await harness.adapters.aclose()

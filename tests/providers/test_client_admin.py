@@ -39,7 +39,7 @@ def _add(client, **fields):
 def _caller(key: str) -> Caller | Refusal:
     """The key as the API checks it, against the configuration as it now stands."""
     request = RequestFactory().post("/api/v1/complete", HTTP_AUTHORIZATION=f"Bearer {key}")
-    return identify(request, snapshot_build(version=1))
+    return identify(request, snapshot_build(version=1, budgets=()))
 
 
 def _everything_kept(client, response) -> str:

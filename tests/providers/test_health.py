@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 
+from failover_site.runtime.gateway import settings_for_clients
 from providers.adapters import ADAPTERS
 from providers.adapters.base import ProviderAdapter
 from providers.adapters.errors import ErrorClass
@@ -64,7 +65,7 @@ async def make_adapter() -> AsyncIterator[Callable[..., ProviderAdapter]]:
             **overrides,
         }
         config = ProviderConfig(**values)
-        adapter = ADAPTERS[kind](config, make_client(config))
+        adapter = ADAPTERS[kind](config, make_client(config, settings_for_clients()))
         made.append(adapter)
         return adapter
 

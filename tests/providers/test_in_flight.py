@@ -10,6 +10,7 @@ import time
 import pytest
 from asgiref.sync import sync_to_async
 
+from failover_site.runtime.gateway import settings_for_clients
 from providers.routing.in_flight import InFlight
 from tests.providers.conftest import ask, ledger_rows, update_policy
 
@@ -40,7 +41,7 @@ class TestTheCount:
         # A model that takes 6 s at 50 requests a second has 300 calls waiting: none may queue
         # in the pool, unseen by the limit (and streams past their first token still read).
         assert pool_size(ProviderConfig(**base, max_in_flight=400)) == 800
-        client = make_client(ProviderConfig(**base, max_in_flight=400))
+        client = make_client(ProviderConfig(**base, max_in_flight=400), settings_for_clients())
         assert client._transport._limits.max_connections == 800  # what the transport was given
 
 

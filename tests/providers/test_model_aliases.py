@@ -235,7 +235,7 @@ def test_the_snapshot_leaves_out_disabled_aliases_and_entries_it_cannot_serve():
     alias_save("fast", [(off, ""), (local, ""), (local, "qwen3:8b")], then_cascade=True)
     alias_save("quiet", [(local, "")], enabled=False)
     Provider.objects.filter(pk=local.pk).update(chat_models="")  # edited since: qwen3 is gone
-    [fast] = snapshot_build(version=1).aliases
+    [fast] = snapshot_build(version=1, budgets=()).aliases
     assert (fast.name, fast.entries, fast.then_cascade) == (
         "fast",
         (("local", "llama3.1:8b"),),

@@ -9,6 +9,7 @@ import time
 import httpx
 import pytest
 
+from failover_site.runtime.gateway import settings_for_clients
 from providers.adapters.messages import CompletionRequest
 from providers.adapters.ollama import OllamaAdapter, load_seconds
 from providers.adapters.pool import make_client
@@ -23,7 +24,7 @@ GRACE_S = 120.0
 
 def adapter_for(url: str) -> OllamaAdapter:
     config = provider_config("ollama", url, model="llama3.1:8b")
-    return OllamaAdapter(config, make_client(config))
+    return OllamaAdapter(config, make_client(config, settings_for_clients()))
 
 
 class TestTheFakeProviderLoads:

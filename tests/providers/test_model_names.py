@@ -13,6 +13,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.core.management import call_command
 
+from billing.seeding import demo_configuration_load
 from providers.adapters.messages import CompletionRequest
 from providers.api.access import Caller
 from providers.api.json_body import ApiError
@@ -26,7 +27,6 @@ from providers.routing.strategies import ordered
 from providers.routing.walk import RouteRequest
 from providers.selectors import snapshot_build
 from providers.services.audit import row_save
-from providers.services.seeding import demo_configuration_load
 from tests.factories import TEST_CLIENT_KEY, make_client_app, make_provider
 from tests.providers.conftest import ledger_rows
 from tests.providers.test_model_aliases import alias_save, rebuilt
@@ -373,7 +373,7 @@ CLOUD = ("openai-cloud", "gpt-4o-mini")
 @pytest.mark.django_db
 def test_the_demos_fast_and_smart_and_model_names_resolve_and_order(embedded):
     call_command("bootstrap", "--demo", stdout=io.StringIO())
-    snapshot = snapshot_build(version=1)
+    snapshot = snapshot_build(version=1, budgets=())
     assert {alias.name for alias in snapshot.aliases} == {"fast", "smart"}
     assert _walk(snapshot, "fast") == [LOCAL, CLOUD]
     assert _walk(snapshot, "smart") == [CLOUD, LOCAL]

@@ -12,6 +12,7 @@ import httpx
 import pytest
 from asgiref.sync import sync_to_async
 
+from failover_site.runtime.gateway import settings_for_clients
 from providers.adapters.base import ProviderAdapter
 from providers.adapters.errors import ERROR_TABLE, ErrorClass, ProviderError, classify_ollama
 from providers.adapters.messages import CompletionRequest, Reasoning, Tool
@@ -60,7 +61,7 @@ async def make_adapter() -> AsyncIterator[Callable[..., ProviderAdapter]]:
 
     def make(url: str, **overrides: Any) -> ProviderAdapter:
         config = provider_config("ollama", url, **overrides)
-        adapter = OllamaAdapter(config, make_client(config))
+        adapter = OllamaAdapter(config, make_client(config, settings_for_clients()))
         made.append(adapter)
         return adapter
 

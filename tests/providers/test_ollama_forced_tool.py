@@ -15,6 +15,7 @@ import openai
 import pytest
 from pydantic import BaseModel
 
+from failover_site.runtime.gateway import settings_for_clients
 from providers.adapters.errors import ErrorClass, ProviderError
 from providers.adapters.messages import (
     CompletionRequest,
@@ -67,7 +68,7 @@ async def make_adapter() -> AsyncIterator[Callable[..., OllamaAdapter]]:
 
     def make(url: str, **overrides: Any) -> OllamaAdapter:
         config = provider_config("ollama", url, **overrides)
-        adapter = OllamaAdapter(config, make_client(config))
+        adapter = OllamaAdapter(config, make_client(config, settings_for_clients()))
         made.append(adapter)
         return adapter
 

@@ -8,6 +8,7 @@ import asyncio
 import pytest
 from asgiref.sync import sync_to_async
 
+from failover_site.runtime.gateway import settings_for_clients
 from providers.api.access import address_subject
 from providers.engine.rate import Limits, judge, rate_keys, retry_after
 from providers.routing.breaker_watch import MIN_SAMPLES
@@ -153,7 +154,12 @@ async def test_a_request_whose_walk_fails_is_no_longer_pending():
     from providers.routing.readings import Readings
 
     readings = Readings(max_age_s=60)
-    ports = Ports(store=MemoryStore(), clock=Clock(), adapters=AdapterPool(), readings=readings)
+    ports = Ports(
+        store=MemoryStore(),
+        clock=Clock(),
+        adapters=AdapterPool(settings_for_clients()),
+        readings=readings,
+    )
     limits = Limits(requests_per_minute=1000)
     first = await rate_admit(ports, "app:shop", limits)  # exact: nothing heard yet
     assert first.counted and readings.pending("app:shop") == 0
@@ -175,7 +181,9 @@ async def test_a_burst_admitted_on_readings_is_counted_by_the_exact_check_too(st
     from providers.routing.readings import Readings
 
     readings = Readings(max_age_s=60)
-    ports = Ports(store=store, clock=Clock(), adapters=AdapterPool(), readings=readings)
+    ports = Ports(
+        store=store, clock=Clock(), adapters=AdapterPool(settings_for_clients()), readings=readings
+    )
     keys = rate_keys("app:shop", ports.clock.wall())
     readings.note(None, None, dict.fromkeys(keys.all, 0.0), ports.clock.mono())
     admitted = await asyncio.gather(

@@ -18,6 +18,7 @@ from django.urls import reverse
 from alerts.delivery import send_test_alert
 from alerts.fake_receiver import FakeReceiver
 from alerts.models import AlertChannel
+from failover_site.runtime.gateway import settings_for_clients
 from providers.adapters.errors import ErrorClass, ProviderError
 from providers.adapters.pool import AdapterPool
 from providers.engine.config import ProviderConfig
@@ -193,7 +194,7 @@ async def test_the_pool_sends_a_key_only_to_a_host_its_variable_is_bound_to(boun
             api_key=TELEGRAM_TOKEN,
             api_key_env="TELEGRAM_BOT_TOKEN",
         )
-        pool = AdapterPool()
+        pool = AdapterPool(settings_for_clients())
         adapter = pool.get(config)
         assert adapter is not None
         result = await adapter.health_check(timeout=5)

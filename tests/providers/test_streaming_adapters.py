@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 import httpx
 import pytest
 
+from failover_site.runtime.gateway import settings_for_clients
 from providers.adapters import ADAPTERS, pool
 from providers.adapters.base import ProviderAdapter
 from providers.adapters.errors import ErrorClass, ProviderError
@@ -97,7 +98,7 @@ async def make_adapter() -> AsyncIterator[Callable[..., ProviderAdapter]]:
 
     def make(kind: str, url: str, **overrides: Any) -> ProviderAdapter:
         config = provider_config(kind, url, **overrides)
-        adapter = ADAPTERS[kind](config, make_client(config))
+        adapter = ADAPTERS[kind](config, make_client(config, settings_for_clients()))
         made.append(adapter)
         return adapter
 

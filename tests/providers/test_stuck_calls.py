@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from failover_site.runtime.gateway import settings_for_clients
 from providers.adapters.messages import CompletionRequest
 from providers.adapters.pool import AdapterPool
 from providers.engine import breaker
@@ -243,7 +244,7 @@ async def test_an_answer_in_the_same_instant_as_an_opening_is_kept():
     """The call answers, and in the same loop turn its breaker is heard to open while its own
     stuck count is still on its way: the answer wins, the request is not cancelled."""
     store = _SlowRecords()
-    ports = Ports(store=store, clock=Clock(), adapters=AdapterPool())
+    ports = Ports(store=store, clock=Clock(), adapters=AdapterPool(settings_for_clients()))
     provider = ProviderConfig(
         name="p", kind="ollama", base_url="http://127.0.0.1:1", model="m", priority=1,
         is_local=True, timeout_s=15.0, context_window=8192,

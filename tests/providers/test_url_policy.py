@@ -13,6 +13,7 @@ from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
 from django.urls import reverse
 
+from failover_site.runtime.gateway import settings_for_clients
 from providers.adapters import ADAPTERS
 from providers.adapters.base import ProviderAdapter
 from providers.adapters.errors import ErrorClass, ProviderError
@@ -251,7 +252,7 @@ async def make_adapter(transport) -> AsyncIterator[Callable[[str], ProviderAdapt
 
     def make(url: str) -> ProviderAdapter:
         config = _config(url)
-        adapter = ADAPTERS["openai"](config, make_client(config))
+        adapter = ADAPTERS["openai"](config, make_client(config, settings_for_clients()))
         made.append(adapter)
         return adapter
 

@@ -11,14 +11,11 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from billing.seeding import demo_configuration_load
 from providers.models import ClientApp
 from providers.selectors import policy_get
 from providers.services.client_apps import client_app_create
-from providers.services.seeding import (
-    demo_aliases_load,
-    demo_configuration_load,
-    static_answers_load_defaults,
-)
+from providers.services.seeding import demo_aliases_load, static_answers_load_defaults
 
 # The demo's own frontend: any provider by name, high priority, the status; the usual local
 # development servers' origins.
