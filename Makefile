@@ -98,7 +98,7 @@ format: $(VENV)/.installed
 	$(BIN)/ruff format .
 
 typecheck: $(VENV)/.installed
-	$(BIN)/mypy failover_site providers billing alerts
+	$(BIN)/mypy failover_site providers billing alerts gateway edge control_room runtime devtools
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

@@ -3,7 +3,7 @@
 Raising an alert may need a job run later: a delivery, or the failover check after the flap
 window. The alerts never import the runtime that runs jobs (a Celery worker, or the serving
 process's own threads); the runtime installs its hand-over here when Django starts
-(`failover_site.runtime.apps`). Until one is installed, handing over fails loudly: the event is
+(`runtime.apps`). Until one is installed, handing over fails loudly: the event is
 already kept in the database, so nothing is lost, and a process that raises alerts without a
 runtime is a wiring mistake to see at once.
 """

@@ -32,7 +32,7 @@ def _make_client() -> httpx.AsyncClient:
     )
     transport = None
     if TRANSPORT == "aiohttp":
-        from providers.adapters.transport import AiohttpTransport
+        from gateway.adapters.transport import AiohttpTransport
 
         transport = AiohttpTransport(limits=limits)
     elif TRANSPORT != "httpx":

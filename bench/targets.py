@@ -39,7 +39,7 @@ PROMPT = "Say hello."
 PROVIDER_NAME = "bench-ollama"
 REFUSING_NAME = "bench-refusing"  # with --primary-refused: priority 5, a closed port
 # The frontends' request, and what the gateway's Ollama adapter sends upstream for it
-# (providers/adapters/ollama.py: json.dumps of model, messages, stream=False).
+# (gateway/adapters/ollama.py: json.dumps of model, messages, stream=False).
 GATEWAY_BODY = json.dumps({"prompt": PROMPT})
 UPSTREAM_BODY = json.dumps(
     {"model": MODEL, "messages": [{"role": "user", "content": PROMPT}], "stream": False}
@@ -237,7 +237,7 @@ class Bench:
         client = (
             "import os\n"
             "try:\n"
-            "    from providers.engine.clients import key_digest\n"
+            "    from gateway.engine.clients import key_digest\n"
             "    from providers.models import ClientApp\n"
             "except ImportError:\n"
             "    ClientApp = None\n"

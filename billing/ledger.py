@@ -1,7 +1,7 @@
 """The call ledger's rows as the database takes them: one transaction per batch, idempotent.
 
 The buffering, batching, retrying and spilling of a serving process are the runtime's
-(`failover_site.runtime.ledger.LedgerWriter`); this is the SQL it runs.
+(`runtime.ledger.LedgerWriter`); this is the SQL it runs.
 """
 
 from __future__ import annotations

@@ -8,7 +8,6 @@ from decimal import Decimal
 from django.db.models import F, Q, Sum
 
 from billing.models import Budget, BudgetScope, BudgetUnit, CallRecord
-from providers.engine.config import BudgetConfig
 from providers.models import Provider
 
 
@@ -38,24 +37,3 @@ def budget_spend(*, budget_id: int, since: datetime) -> Decimal:
         total = records.aggregate(total=Sum(F("tokens_in") + F("tokens_out")))["total"]
         return Decimal(total or 0)
     return records.filter(~Q(cost=0)).aggregate(total=Sum("cost"))["total"] or Decimal("0")
-
-
-def budget_configs() -> tuple[BudgetConfig, ...]:
-    """The enabled budgets as the engine reads them (its snapshot's `budgets`)."""
-    return tuple(
-        BudgetConfig(
-            id=row.pk,
-            scope=row.scope,
-            period=row.period,
-            cap=row.cap,
-            warn_pct=row.warn_pct,
-            high_priority_only_pct=row.high_priority_only_pct,
-            hard_stop_pct=row.hard_stop_pct,
-            provider=row.provider.name if row.provider is not None else "",
-            client=row.client_app.name if row.client_app is not None else "",
-            unit=row.unit,
-        )
-        for row in Budget.objects.filter(enabled=True).select_related("provider", "client_app")
-        # A client's budget whose app is gone caps nothing.
-        if row.scope != "client" or row.client_app is not None
-    )

@@ -48,7 +48,7 @@ from django.core.cache import cache
 from django.core.exceptions import ValidationError
 
 from alerts.logins import LockScope, LoginLock, NameGuessed, admin_login_guessed, admin_login_locked
-from providers.api.access import client_address
+from edge.api.access import client_address
 
 logger = logging.getLogger(__name__)
 

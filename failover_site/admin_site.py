@@ -28,12 +28,12 @@ class FailoverAdminSite(admin.AdminSite):
         # The admin site is made while Django fills its app registry (the admin app's
         # default site), before the control room's models can be imported: its views load
         # when the URLs are first asked for.
-        from providers.control.urls import control_urls
+        from control_room.urls import control_urls
 
         return control_urls(self) + super().get_urls()
 
     def index(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
-        from providers.control.status_views import front_page_context  # as get_urls: models
+        from control_room.status_views import front_page_context  # as get_urls: models
 
         context = {**front_page_context(request), **(extra_context or {})}
         response = super().index(request, context)

@@ -23,10 +23,10 @@ django.setup(set_prefix=False)
 # The rest needs Django set up (their modules import models), hence after the call above.
 from django.conf import settings  # noqa: E402
 
-from failover_site.handlers import ApiHandler, CappedASGIHandler  # noqa: E402
-from failover_site.runtime.gateway import get_gateway  # noqa: E402
-from failover_site.runtime.incidents import incidents_reconcile  # noqa: E402
-from failover_site.runtime.scheduler import (  # noqa: E402
+from edge.handlers import ApiHandler, CappedASGIHandler  # noqa: E402
+from runtime.gateway import get_gateway  # noqa: E402
+from runtime.incidents import incidents_reconcile  # noqa: E402
+from runtime.scheduler import (  # noqa: E402
     InProcessScheduler,
     one_off_jobs_settle,
     serving_process_jobs,

@@ -18,7 +18,7 @@ import environ
 from csp.constants import NONCE, NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
-from providers.engine.secret_destinations import VENDOR_DESTINATIONS, destinations_parse
+from gateway.engine.secret_destinations import VENDOR_DESTINATIONS, destinations_parse
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -64,13 +64,13 @@ CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 # How many reverse proxies stand in front of the serving processes. With 0 the peer's address
 # is the client's (anonymous requests are limited per client address); with N, the N-th entry
 # of X-Forwarded-For from the right (anything before it the client can forge), read by the
-# gateway itself (`providers.api.access.client_address`), never by uvicorn.
+# gateway itself (`edge.api.access.client_address`), never by uvicorn.
 TRUSTED_PROXY_HOPS = env.int("TRUSTED_PROXY_HOPS", default=0)
 if TRUSTED_PROXY_HOPS < 0:
     raise ImproperlyConfigured("TRUSTED_PROXY_HOPS must be 0 or the number of proxies in front.")
 
 # CORS on the API (django-cors-headers, in API_MIDDLEWARE): the origins are the client apps'
-# and the anonymous widget's, from the admin (`failover_site.runtime.wiring`), not settings.
+# and the anonymous widget's, from the admin (`runtime.wiring`), not settings.
 # Keys travel as headers, never cookies, so no credentials mode.
 CORS_URLS_REGEX = r"^/(api|v1)/"
 CORS_ALLOWED_ORIGINS: list[str] = []
@@ -96,13 +96,14 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_htmx",
     "corsheaders",
-    # The admin's Content-Security-Policy (CONTENT_SECURITY_POLICY below).
-    "csp",
+    "csp",  # the admin's Content-Security-Policy (CONTENT_SECURITY_POLICY below)
     "template_partials",
+    "failover_site.apps.FailoverSiteConfig",
     "providers",
     "billing",
     "alerts",
-    "failover_site.runtime.apps.RuntimeConfig",
+    "runtime.apps.RuntimeConfig",
+    "devtools.apps.DevToolsConfig",
 ]
 
 MIDDLEWARE = [
@@ -130,7 +131,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "providers.control.context.control_room",
+                "control_room.context.control_room",
             ],
         },
     },
@@ -178,7 +179,7 @@ PROVIDER_HTTP_CLIENT = env.str("PROVIDER_HTTP_CLIENT", default="aiohttp")
 if PROVIDER_HTTP_CLIENT not in ("httpx", "aiohttp"):
     raise ImproperlyConfigured("PROVIDER_HTTP_CLIENT must be httpx or aiohttp.")
 
-# The outbound URL policy (providers/engine/outbound.py): which internal addresses a provider's
+# The outbound URL policy (gateway/engine/outbound.py): which internal addresses a provider's
 # base URL or an alert channel's URL may reach besides the public internet. Link-local and cloud
 # metadata addresses are never allowed. "loopback" (127.0.0.0/8, ::1: a self-hosted Ollama on
 # this machine) and "private" (RFC 1918, CGNAT, fc00::/7: one on the internal network) open
@@ -210,7 +211,7 @@ SECRET_ENV_NAMES = env.list(
     ],
 )
 
-# Where each secret variable may be sent (providers/engine/secret_destinations.py): the demo's
+# Where each secret variable may be sent (gateway/engine/secret_destinations.py): the demo's
 # names to their vendors' hosts; a deployment declares the rest, and may re-declare those, as
 # NAME=host[;host…] entries, comma-separated (a host may be *.domain). A secret goes nowhere
 # else: a provider or channel pairing it with another host is refused when saved and sends
@@ -264,11 +265,11 @@ SERVE_STATIC = env.bool("SERVE_STATIC", default=DEBUG)
 DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("DATA_UPLOAD_MAX_MEMORY_SIZE", default=1024 * 1024)
 # Seconds a request's body may take to arrive, from its headers: past it the request is answered
 # 408 and its connection closed, so a client that drips its body, or announces more than it
-# sends, can't hold a connection open (every page and the API; failover_site/handlers.py).
+# sends, can't hold a connection open (every page and the API; edge/handlers.py).
 REQUEST_BODY_TIMEOUT_S = env.float("REQUEST_BODY_TIMEOUT_S", default=10.0)
 if REQUEST_BODY_TIMEOUT_S <= 0:
     raise ImproperlyConfigured("REQUEST_BODY_TIMEOUT_S must be a number of seconds above 0.")
-# The API's body limits in bytes, by endpoint (providers.api.common.body_limit_for), held to as
+# The API's body limits in bytes, by endpoint (edge.api.common.body_limit_for), held to as
 # a body arrives: a long conversation or a full embeddings batch is megabytes, the rest small.
 for _setting in ("BODY_LIMIT_CHAT_BYTES", "BODY_LIMIT_EMBEDDINGS_BYTES", "BODY_LIMIT_API_BYTES"):
     _size = env.str(_setting, default="1024").strip()
@@ -293,11 +294,11 @@ SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$", r"^api/", r"^
 # Refuse the API over plain HTTP (403, code https_required), as the pages are redirected.
 API_REQUIRE_HTTPS = env.bool("API_REQUIRE_HTTPS", default=SECURE_SSL_REDIRECT)
 # The API's own middleware (it skips MIDDLEWARE: no sessions, no CSRF). Every entry runs on the
-# event loop, so it must be async-capable and do no blocking I/O (failover_site/api_middleware.py).
+# event loop, so it must be async-capable and do no blocking I/O (edge/api_middleware.py).
 API_MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # CORS for the client apps' origins (the CORS_* settings above): preflights answered here.
-    "failover_site.cors.ApiCorsMiddleware",
+    "edge.cors.ApiCorsMiddleware",
 ]
 SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=not DEBUG)
 CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=not DEBUG)
@@ -337,7 +338,7 @@ ADMIN_LOGIN_NAME_ALERT_FAILURES = env.int(
 # ready / not ready, since the error text describes the database and Redis.
 PROBE_DETAIL_ALLOWED_IPS = env.list("PROBE_DETAIL_ALLOWED_IPS", default=["127.0.0.1", "::1"])
 
-# Who may scrape /metrics (failover_site/metrics_scrape.py): the bearer token Prometheus sends
+# Who may scrape /metrics (edge/metrics_scrape.py): the bearer token Prometheus sends
 # (`authorization: {credentials: ...}` in its scrape config) and/or the addresses or networks
 # it scrapes from (the caller's address as TRUSTED_PROXY_HOPS says). Both set: both required.
 # Neither: /metrics refuses everyone (403), the safe default.

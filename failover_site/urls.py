@@ -3,8 +3,8 @@ from __future__ import annotations
 from django.contrib import admin
 from django.urls import path, re_path
 
-from failover_site import front_door, metrics_scrape, probes
-from providers.api import complete, embeddings, models, openai_chat, openapi, responses, status
+from edge import front_door, metrics_scrape, probes
+from edge.api import complete, embeddings, models, openai_chat, openapi, responses, status
 
 urlpatterns = [
     # The browser's front door and the API reference: pages, outside /api/ and /v1/.

@@ -1,6 +1,6 @@
 """Reads of the control plane: the policy row, and the snapshot the engine routes on (its
 providers, model aliases, static answers and client apps; the budgets are billing's, read by
-`billing.selectors.budget_configs` and handed in)."""
+the runtime (`runtime.snapshots.budget_configs`) and handed in)."""
 
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ from typing import Any
 
 from django.db.models import Count, Max
 
-from providers.engine.clients import ClientConfig, Clients
-from providers.engine.config import (
+from gateway.engine.clients import ClientConfig, Clients
+from gateway.engine.config import (
     AliasConfig,
     BudgetConfig,
     PolicyConfig,
     ProviderConfig,
     Snapshot,
 )
-from providers.engine.faq import FaqEntry, FaqIndex
+from gateway.engine.faq import FaqEntry, FaqIndex
 from providers.models import (
     ClientApp,
     ConfigChange,

@@ -14,8 +14,8 @@ import pytest
 from django.conf import settings
 
 from alerts.raising import request_throttle
-from failover_site.runtime.scheduler import one_off_jobs_settle
-from providers.fake_provider import FakeProvider
+from devtools.fake_provider import FakeProvider
+from runtime.scheduler import one_off_jobs_settle
 from tests.isolation import RedisClaim, point_at_claimed_redis, test_database_name
 
 SERVICES_PASS = os.environ.get("FAILOVER_TEST_PASS") == "services"

@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 
 from billing.models import Budget, CallRecord
-from providers.engine.clients import key_digest
+from gateway.engine.clients import key_digest
 from providers.models import ClientApp, FailoverPolicy, Provider, StaticAnswer
 from providers.selectors import policy_get
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from providers.fake_provider.server import LoopbackServer
+from devtools.fake_provider.server import LoopbackServer
 
 
 class LocalDns:

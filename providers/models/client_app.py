@@ -9,7 +9,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.db import models
 
-from providers.engine.clients import ANY_MODEL, StandIn
+from gateway.engine.clients import ANY_MODEL, StandIn
 from providers.models.alias import MODEL_NAME
 
 

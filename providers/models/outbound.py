@@ -1,6 +1,6 @@
 """The outbound URL policy as the control plane applies it: the settings' policy, the check of
 a URL when it is saved, and the resolution that both the save-time check and the alert
-channels' connections use (providers/engine/outbound.py holds the rules themselves).
+channels' connections use (gateway/engine/outbound.py holds the rules themselves).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator
 from django.utils.deconstruct import deconstructible
 
-from providers.engine.outbound import (
+from gateway.engine.outbound import (
     BLOCKED,
     OutboundPolicy,
     host_refusal,

@@ -8,7 +8,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
-from providers.engine.config import DEFAULT_DEGRADATION_MESSAGE
+from gateway.engine.config import DEFAULT_DEGRADATION_MESSAGE
 from providers.models.client_app import origin_list_validator
 from providers.models.policy_breaker import BreakerPolicy
 from providers.models.policy_money import MoneyPolicy
@@ -45,7 +45,7 @@ class FailoverPolicy(BreakerPolicy, MoneyPolicy):
     KILL_SWITCH_FIELDS = ("kill_switch", "kill_switch_provider", "kill_switch_reason")
     # How the fields are laid out, for the admin's page and the control room's thresholds
     # editor alike. A field the engine reads also goes in `PolicyConfig`
-    # (`providers.engine.config`), which the snapshot fills from the row by name; the tests
+    # (`gateway.engine.config`), which the snapshot fills from the row by name; the tests
     # check that every field is in both places, or named as the control plane's own.
     FIELD_GROUPS: tuple[tuple[str, tuple[str | tuple[str, ...], ...]], ...] = (
         ("Kill switch", KILL_SWITCH_FIELDS),

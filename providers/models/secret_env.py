@@ -8,7 +8,7 @@ whatever those lists say: otherwise anyone allowed to edit a provider could have
 sent to a server of theirs as a bearer token.
 
 A secret is also bound to where it may be sent (`SECRET_DESTINATIONS`, the rules in
-`providers/engine/secret_destinations.py`): a row pairing a secret variable with a URL on
+`gateway/engine/secret_destinations.py`): a row pairing a secret variable with a URL on
 another host is refused, so no one who may edit a provider or a channel can send another row's
 secret to a server of their own.
 
@@ -28,8 +28,8 @@ from pathlib import Path
 
 from django.conf import global_settings, settings
 
-from providers.engine.scrub import KEPT_LIMIT, scrub_cut
-from providers.engine.secret_destinations import SecretDestinations
+from gateway.engine.scrub import KEPT_LIMIT, scrub_cut
+from gateway.engine.secret_destinations import SecretDestinations
 
 # What a variable's name may look like (a value pasted in place of a name fails it).
 ENV_VAR_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")

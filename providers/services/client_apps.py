@@ -7,7 +7,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from providers.engine.clients import key_new
+from gateway.engine.clients import key_new
 from providers.models import ChangeAction, ClientApp
 from providers.services.audit import Actor, config_change_record, instance_snapshot
 

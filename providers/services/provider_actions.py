@@ -10,11 +10,11 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from providers.engine.breaker import Mode
+from gateway.engine.breaker import Mode
+from gateway.state.contract import StateStore
 from providers.models import ChangeAction, Incident, IncidentClosedReason, KillSwitch, Provider
 from providers.selectors import policy_get
 from providers.services.audit import Actor, config_change_record, instance_snapshot
-from providers.state.contract import StateStore
 
 
 def _update(provider: Provider, actor: Actor, **values: Any) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from alerts.fake_receiver import FakeReceiver
 from alerts.models import AlertChannel, AlertEvent
+from devtools.fake_receiver import FakeReceiver
 
 # Secrets the tests put in the environment, as an operator would.
 TELEGRAM_TOKEN = "123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"

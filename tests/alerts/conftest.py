@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from alerts.fake_receiver import FakeReceiver
+from devtools.fake_receiver import FakeReceiver
 from tests.alerts.builders import (
     SLACK_URL_ENV,
     TELEGRAM_TOKEN,

@@ -10,9 +10,9 @@ import time
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 
-from alerts.fake_receiver import FakeReceiver
 from alerts.models import AlertEvent
-from failover_site.runtime.scheduler import InProcessScheduler, Periodic, serving_process_jobs
+from devtools.fake_receiver import FakeReceiver
+from runtime.scheduler import InProcessScheduler, Periodic, serving_process_jobs
 from tests.alerts.builders import TELEGRAM_TOKEN, TELEGRAM_TOKEN_ENV, telegram_channel
 from tests.providers.conftest import ask, update_policy
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from asgiref.sync import sync_to_async
 
-from alerts.fake_receiver import FakeReceiver
 from alerts.models import AlertChannel, AlertEvent
 from alerts.raising import incident_opened, static_tier_active
+from devtools.fake_receiver import FakeReceiver
 from providers.models import Incident
 from tests.alerts.builders import TELEGRAM_TOKEN, TELEGRAM_TOKEN_ENV, telegram_channel
 from tests.conftest import child_process_env

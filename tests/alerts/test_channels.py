@@ -13,7 +13,7 @@ from django.core import mail
 
 from alerts.channels import TransportError, channel_for
 from alerts.channels.telegram import TelegramAnswer
-from alerts.fake_receiver import FakeReceiver
+from devtools.fake_receiver import FakeReceiver
 from tests.alerts.builders import (
     SLACK_URL_ENV,
     TELEGRAM_TOKEN,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from alerts.fake_receiver import FakeReceiver
+from devtools.fake_receiver import FakeReceiver
 
 # Touches neither the database nor the shared state: the services pass leaves it out.
 pytestmark = pytest.mark.backend_free

@@ -19,9 +19,9 @@ from alerts.raising import (
     incident_closed,
 )
 from billing.models import Budget
-from failover_site.runtime import jobs
 from providers.models import Incident
 from providers.selectors import policy_get
+from runtime import jobs
 from tests.factories import make_budget, make_call_record, make_provider
 from tests.providers.conftest import ask
 

@@ -14,8 +14,8 @@ from asgiref.sync import sync_to_async
 from alerts.estimate import Outage, earliest, recovery_estimate, span, spoken, spoken_roughly
 from alerts.models import AlertEvent
 from alerts.raising import _Throttle, static_tier_active
-from failover_site.runtime import outcomes
 from providers.models import Incident, IncidentClosedReason
+from runtime import outcomes
 from tests.providers.conftest import ask
 
 MIN = 60.0

@@ -17,8 +17,8 @@ from django.urls import reverse
 
 from alerts.channels import TransportError, WebhookChannel
 from alerts.delivery import deliver_event, send_test_alert
-from alerts.fake_receiver import FakeReceiver
 from alerts.models import AlertChannel
+from devtools.fake_receiver import FakeReceiver
 from tests.alerts.builders import (
     SLACK_URL_ENV,
     make_channel,

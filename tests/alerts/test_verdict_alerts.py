@@ -13,10 +13,10 @@ from asgiref.sync import sync_to_async
 from alerts.models import AlertEvent
 from alerts.outlook import cloud_spend_today_and_month
 from alerts.verdicts import VerdictMove, failing_checks, verdict_moved
-from failover_site.runtime.jobs import keepalive_job, sentinel_job, verdict_alert
+from gateway.sentinel.checks import sentinel_run
 from providers.models import Provider
 from providers.selectors import policy_get
-from providers.sentinel.checks import sentinel_run
+from runtime.jobs import keepalive_job, sentinel_job, verdict_alert
 from tests.factories import make_call_record
 from tests.providers.conftest import update_policy
 

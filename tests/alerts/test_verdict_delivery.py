@@ -9,10 +9,10 @@ import time
 import pytest
 from asgiref.sync import sync_to_async
 
-from alerts.fake_receiver import FakeReceiver
+from devtools.fake_receiver import FakeReceiver
 from failover_site.celery import app as celery_app
-from failover_site.runtime.scheduler import InProcessScheduler, serving_process_jobs
 from providers.models import Provider
+from runtime.scheduler import InProcessScheduler, serving_process_jobs
 from tests.alerts.builders import TELEGRAM_TOKEN, TELEGRAM_TOKEN_ENV, telegram_channel
 from tests.alerts.test_alerts_on_celery import celery_worker  # noqa: F401 - a fixture
 from tests.providers.conftest import update_policy

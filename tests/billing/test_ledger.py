@@ -15,9 +15,9 @@ from django.utils import timezone
 
 from alerts.models import AlertEvent
 from billing.models import CallRecord
-from failover_site.runtime import ledger as ledger_module
-from failover_site.runtime.ledger import LedgerWriter
 from providers.models import StaticAnswer
+from runtime import ledger as ledger_module
+from runtime.ledger import LedgerWriter
 from tests.factories import make_static_answer
 
 pytestmark = pytest.mark.django_db(transaction=True)

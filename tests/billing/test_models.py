@@ -7,7 +7,7 @@ from django.core.exceptions import ValidationError
 
 from billing.models import Budget, CallRecord
 from billing.models import Tier as StoredTier
-from providers.routing.walk import Tier
+from gateway.routing.walk import Tier
 from tests.factories import make_budget, make_call_record, make_client_app, make_provider
 
 pytestmark = pytest.mark.django_db

@@ -15,7 +15,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.contrib.contenttypes.models import ContentType
 
-from failover_site.runtime.gateway import Gateway, make_store, set_gateway
+from runtime.gateway import Gateway, make_store, set_gateway
 from tests.factories import AUTH
 from tests.providers.conftest import (  # noqa: F401 - fixtures used through the ones below
     _flush_test_redis,

@@ -21,7 +21,7 @@ from django.urls import URLPattern, URLResolver, reverse
 
 from alerts.models import AlertChannel
 from billing.roi import LABELS
-from providers.control.static_views import EDITABLE_FIELDS
+from control_room.static_views import EDITABLE_FIELDS
 from providers.models import Provider, StaticAnswer
 from providers.selectors import policy_get
 from providers.services.policy import INITIAL_PREFIX, ThresholdsForm, threshold_names

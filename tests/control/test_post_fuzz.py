@@ -25,10 +25,10 @@ from django.db import DatabaseError, transaction
 from django.http import HttpResponse
 from django.test import Client
 
-from failover_site.runtime.gateway import Gateway, set_gateway
+from gateway.state.memory_store import MemoryStore
 from providers.models import AliasEntry, ModelAlias
 from providers.services import policy
-from providers.state.memory_store import MemoryStore
+from runtime.gateway import Gateway, set_gateway
 from tests.alerts.builders import make_channel, make_event
 from tests.control.conftest import status_permission
 from tests.control.fuzz_targets import (

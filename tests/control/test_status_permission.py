@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth import get_user_model
 
-from failover_site.runtime.gateway import Gateway, set_gateway
+from gateway.state.memory_store import MemoryStore
 from providers.models import FailoverPolicy
-from providers.state.memory_store import MemoryStore
+from runtime.gateway import Gateway, set_gateway
 from tests.control.conftest import status_permission
 from tests.factories import make_provider, make_user
 

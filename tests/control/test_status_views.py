@@ -9,17 +9,17 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.test import Client
 
-from failover_site.runtime.gateway import Gateway, get_gateway, set_gateway
-from failover_site.runtime.incidents import incidents_record
-from providers.control.dashboard import control_status, health_of
-from providers.engine.breaker import BreakerEvent, BreakerState, EventKind, Mode, State
-from providers.engine.health import DEGRADED, DISABLED, DOWN, HEALTHY
+from control_room.dashboard import control_status, health_of
+from gateway.engine.breaker import BreakerEvent, BreakerState, EventKind, Mode, State
+from gateway.engine.health import DEGRADED, DISABLED, DOWN, HEALTHY
+from gateway.state.contract import WindowSummary
+from gateway.state.memory_store import MemoryStore
 from providers.models import ConfigChange, FailoverPolicy, Incident, Provider
 from providers.selectors import policy_get
 from providers.services import policy as policy_services
 from providers.services import provider_actions
-from providers.state.contract import WindowSummary
-from providers.state.memory_store import MemoryStore
+from runtime.gateway import Gateway, get_gateway, set_gateway
+from runtime.incidents import incidents_record
 from tests.control.conftest import status_permission
 from tests.factories import make_call_record, make_provider, make_user
 

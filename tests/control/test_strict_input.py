@@ -11,12 +11,12 @@ from django.test import Client
 from django.urls import reverse
 
 from alerts.models import AlertChannel
-from failover_site.runtime.gateway import Gateway, set_gateway
+from gateway.state.memory_store import MemoryStore
 from providers.admin_audit import StrictModelForm
 from providers.form_input import NUL_REFUSED, FormInput, nul_free, object_ids
 from providers.models import ClientApp, ConfigChange, KillSwitch, StaticAnswer
 from providers.selectors import policy_get
-from providers.state.memory_store import MemoryStore
+from runtime.gateway import Gateway, set_gateway
 from tests.control.conftest import status_permission
 from tests.factories import make_client_app, make_provider, make_static_answer
 

@@ -15,10 +15,10 @@ from django.core.cache import cache
 from django.db import connection
 from django.test import Client
 
-from alerts.fake_receiver import FakeReceiver
 from alerts.models import AlertEvent
+from devtools.fake_receiver import FakeReceiver
 from failover_site.admin_login import login_attempt_take, login_lock_remaining_s
-from failover_site.runtime.scheduler import one_off_jobs_settle
+from runtime.scheduler import one_off_jobs_settle
 from tests.alerts.builders import webhook_channel
 
 pytestmark = pytest.mark.django_db

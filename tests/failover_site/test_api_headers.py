@@ -13,7 +13,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 from django.utils.deprecation import MiddlewareMixin
 
-from failover_site.handlers import ApiHandler, CappedASGIHandler
+from edge.handlers import ApiHandler, CappedASGIHandler
 
 pytestmark = pytest.mark.backend_free
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from failover_site.body_deadline import WATCH_INTERVAL_S, BodyTimedOut, within_deadline
+from edge.body_deadline import WATCH_INTERVAL_S, BodyTimedOut, within_deadline
 
 pytestmark = pytest.mark.backend_free
 

@@ -20,8 +20,8 @@ import pytest
 from django.conf import settings
 from django.test import RequestFactory, override_settings
 
-from providers.api.common import body_limit_for, body_of, byte_size, checked_envelope
-from providers.api.openapi import openapi_document
+from edge.api.common import body_limit_for, body_of, byte_size, checked_envelope
+from edge.api.openapi import openapi_document
 from providers.models import Provider
 from tests.factories import AUTH, TEST_CLIENT_KEY
 from tests.providers.conftest import (  # noqa: F401 - the routing fixtures

@@ -10,9 +10,11 @@ import pytest
 from django.core.management import ManagementUtility, get_commands, load_command_class
 from django.core.management.base import BaseCommand, CommandParser
 
+from tests.project import PACKAGES
+
 pytestmark = pytest.mark.backend_free
 
-PROJECT_APPS = ("failover_site", "providers", "billing", "alerts")
+PROJECT_APPS = PACKAGES
 
 
 def project_commands() -> dict[str, str]:

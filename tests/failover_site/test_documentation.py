@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.project import PACKAGES, ROOT
+
 pytestmark = pytest.mark.backend_free
 
-ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = (ROOT / "failover_site" / "settings.py").read_text()
 READ_IN_SETTINGS = set(re.findall(r"""env(?:\.\w+)?\(\s*["']([A-Z_]+)["']""", SETTINGS)) | set(
     re.findall(r"""os\.environ\.get\(\s*["']([A-Z_]+)["']""", SETTINGS)
@@ -24,10 +25,7 @@ README = (ROOT / "README.md").read_text(encoding="utf-8")
 README_MAX_LINES = 200
 # A path the documents give from the repository's root starts with one of these.
 ROOTS = (
-    "failover_site",
-    "providers",
-    "billing",
-    "alerts",
+    *PACKAGES,
     "tests",
     "bench",
     "templates",
@@ -35,8 +33,7 @@ ROOTS = (
     "docs",
 )
 PATH = re.compile(rf"(?<![\w./-])((?:{'|'.join(ROOTS)})/[\w./-]*)")
-# A module named in backticks, maybe with an attribute: `providers.adapters.pool.MAX_CONNECTIONS`.
-PACKAGES = ("failover_site", "providers", "billing", "alerts")
+# A module named in backticks, maybe with an attribute: `gateway.adapters.pool.MAX_CONNECTIONS`.
 MODULE = re.compile(rf"`((?:{'|'.join(PACKAGES)})(?:\.\w+)+)`")
 
 
@@ -127,18 +124,18 @@ def test_every_module_a_document_names_exists(document):
 def test_the_architecture_names_the_files_it_describes():
     # A guard for the checks above: a pattern that matched nothing would pass them all.
     named = paths_named((ROOT / "docs" / "architecture.md").read_text(encoding="utf-8"))
-    assert {"providers/routing/cascade.py", "failover_site/runtime/outcomes.py"} <= named
+    assert {"gateway/routing/cascade.py", "runtime/outcomes.py"} <= named
     assert len(named) > 50
 
 
 def test_a_moved_file_or_module_is_caught(tmp_path):
-    (tmp_path / "providers" / "adapters").mkdir(parents=True)
-    (tmp_path / "providers" / "__init__.py").write_text("")
-    (tmp_path / "providers" / "adapters" / "__init__.py").write_text("")
-    (tmp_path / "providers" / "adapters" / "pool.py").write_text("class AdapterPool:\n    pass\n")
+    (tmp_path / "gateway" / "adapters").mkdir(parents=True)
+    (tmp_path / "gateway" / "__init__.py").write_text("")
+    (tmp_path / "gateway" / "adapters" / "__init__.py").write_text("")
+    (tmp_path / "gateway" / "adapters" / "pool.py").write_text("class AdapterPool:\n    pass\n")
     text = (
-        "See `providers/adapters/pool.py`, providers/jobs.py and `providers/adapters/`. "
-        "`providers.adapters.pool.AdapterPool`, `providers.pool`, `providers.adapters.pool.Gone`."
+        "See `gateway/adapters/pool.py`, gateway/jobs.py and `gateway/adapters/`. "
+        "`gateway.adapters.pool.AdapterPool`, `gateway.pool`, `gateway.adapters.pool.Gone`."
     )
-    assert missing_paths(text, tmp_path) == {"providers/jobs.py"}
-    assert missing_modules(text, tmp_path) == {"providers.pool", "providers.adapters.pool.Gone"}
+    assert missing_paths(text, tmp_path) == {"gateway/jobs.py"}
+    assert missing_modules(text, tmp_path) == {"gateway.pool", "gateway.adapters.pool.Gone"}

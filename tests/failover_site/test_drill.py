@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from failover_site.drill.runner import Options, execute
+from devtools.drill.runner import Options, execute
 
 # The drill starts its own gateway on its own database: it touches neither this pass's test
 # database nor its shared state, so it runs in the embedded pass.

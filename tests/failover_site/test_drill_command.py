@@ -14,9 +14,9 @@ import time
 import pytest
 from django.core.management import CommandError, call_command
 
-from failover_site.drill import load
-from failover_site.drill.runner import TERMINATED_EXIT, sigterm_as_exit
-from providers.fake_provider import FakeProvider
+from devtools.drill import load
+from devtools.drill.runner import TERMINATED_EXIT, sigterm_as_exit
+from devtools.fake_provider import FakeProvider
 
 pytestmark = pytest.mark.backend_free
 

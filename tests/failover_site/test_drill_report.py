@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from failover_site.drill import report, report_text
-from failover_site.drill.load import Reading, Sample
-from failover_site.drill.scenarios import (
+from devtools.drill import report, report_text
+from devtools.drill.load import Reading, Sample
+from devtools.drill.scenarios import (
     FAILOVER_TARGETS,
     SCENARIOS,
     Action,

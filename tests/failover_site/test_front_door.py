@@ -17,9 +17,9 @@ from django.contrib.staticfiles import finders
 from django.db import connections
 from django.templatetags.static import static
 
-from failover_site.front_door import deployment_read, version
-from failover_site.runtime.gateway import Gateway, make_store, set_gateway
-from providers.api.openapi import openapi_document
+from edge.api.openapi import openapi_document
+from edge.front_door import deployment_read, version
+from runtime.gateway import Gateway, make_store, set_gateway
 
 # Most tests here read no database and no shared state; the one that follows every link
 # (/readyz, /metrics) gets the database and a gateway of its own.

@@ -22,7 +22,7 @@ from asgiref.sync import sync_to_async
 from prometheus_client.parser import text_string_to_metric_families
 
 from alerts.models import AlertEvent
-from failover_site.runtime.ledger import rejected_dir, spill_dir
+from runtime.ledger import rejected_dir, spill_dir
 from tests.factories import AUTH, make_budget
 from tests.providers.conftest import (  # noqa: F401 - the routing fixtures
     api,

@@ -46,9 +46,9 @@ import django
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "failover_site.settings")
 django.setup()
-from failover_site.metrics import LEDGER_QUEUE, count_request
-from providers.routing.cascade import RouteResult
-from providers.routing.walk import Attempt
+from runtime.metrics import LEDGER_QUEUE, count_request
+from gateway.routing.cascade import RouteResult
+from gateway.routing.walk import Attempt
 
 requests, queue, stay = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "stay"
 for _ in range(requests):

@@ -40,7 +40,7 @@ def test_readyz_says_state_is_in_process_without_redis(client):
 
 
 def test_readyz_reports_a_stopped_database_as_not_ready(client, monkeypatch, closed_port, tmp_path):
-    from failover_site import probes
+    from edge import probes
 
     settings_dict = dict(connection.settings_dict)
     if connection.vendor == "sqlite":

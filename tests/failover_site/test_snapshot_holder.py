@@ -16,14 +16,14 @@ from django.conf import settings
 from django.db import connection, connections
 
 from billing.seeding import demo_configuration_load
-from failover_site.runtime.gateway import Gateway, set_gateway
-from failover_site.runtime.snapshots import SnapshotHolder
+from gateway.state.contract import StateStore
+from gateway.state.memory_store import MemoryStore
 from providers.models import ChangeAction, ConfigChange, FailoverPolicy
 from providers.selectors import config_change_high_water, policy_get
 from providers.services.policy import kill_switch_set
 from providers.services.seeding import static_answers_load_defaults
-from providers.state.contract import StateStore
-from providers.state.memory_store import MemoryStore
+from runtime.gateway import Gateway, set_gateway
+from runtime.snapshots import SnapshotHolder
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -102,7 +102,7 @@ async def test_a_change_made_in_this_process_is_rebuilt_once_not_twice(this_proc
 async def test_an_unreadable_change_record_is_logged_once_and_the_poller_goes_on(
     this_process, caplog
 ):
-    caplog.set_level(logging.WARNING, logger="failover_site.runtime.snapshots")
+    caplog.set_level(logging.WARNING, logger="runtime.snapshots")
     table = ConfigChange._meta.db_table
     holder = await _holder(MemoryStore())
     holder.POLL_S = 0.05
@@ -141,8 +141,8 @@ async def test_every_seeding_path_leaves_a_change_on_record(this_process):
 
 @pytest.mark.services
 async def test_with_redis_the_poller_reads_the_shared_version_not_the_database():
-    from providers.state.redis_store import RedisStore
-    from providers.state.resilient_store import ResilientStore
+    from gateway.state.redis_store import RedisStore
+    from gateway.state.resilient_store import ResilientStore
 
     redis.Redis.from_url(settings.REDIS_URL).flushdb()
     store = ResilientStore(RedisStore(settings.REDIS_URL))

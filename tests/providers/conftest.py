@@ -20,12 +20,12 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import connections
 
-from failover_site.runtime.gateway import Gateway, make_store, set_gateway
-from providers.engine.clock import Clock
-from providers.fake_provider import FakeProvider
+from devtools.fake_provider import FakeProvider
+from gateway.engine.clock import Clock
 from providers.models import Provider
 from providers.selectors import policy_get
 from providers.services.seeding import static_answers_load_defaults
+from runtime.gateway import Gateway, make_store, set_gateway
 from tests.factories import AUTH, make_client_app
 
 
@@ -136,7 +136,7 @@ async def round_trips_of_steady_requests(
     background poller and the ledger run in tasks of their own and are not counted."""
     import redis.asyncio.connection as connection
 
-    from providers.routing.breaker_watch import MIN_SAMPLES
+    from gateway.routing.breaker_watch import MIN_SAMPLES
 
     # The first request reads the breaker; later ones ride on the replies.
     for _ in range(MIN_SAMPLES):
@@ -195,7 +195,7 @@ async def _update_row(get_row: Callable[[], object], values: dict) -> None:
 
     await sync_to_async(change)()
     # The process swaps snapshots in the background within a second; a test goes on at once.
-    from failover_site.runtime.gateway import get_gateway
+    from runtime.gateway import get_gateway
 
     await get_gateway().snapshots.refresh()
 

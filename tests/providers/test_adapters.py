@@ -14,16 +14,16 @@ from typing import Any
 import httpx
 import pytest
 
-from failover_site.runtime.gateway import settings_for_clients
-from providers.adapters import ADAPTERS
-from providers.adapters.base import ProviderAdapter
-from providers.adapters.errors import ErrorClass, ProviderError
-from providers.adapters.messages import Completion, CompletionRequest, HealthResult
-from providers.adapters.ollama import OllamaAdapter
-from providers.adapters.openai import OpenAICompatibleAdapter
-from providers.adapters.pool import AdapterPool, make_client
-from providers.engine.config import ProviderConfig
-from providers.fake_provider import DEFAULT_TEXT, FakeProvider
+from devtools.fake_provider import DEFAULT_TEXT, FakeProvider
+from gateway.adapters import ADAPTERS
+from gateway.adapters.base import ProviderAdapter
+from gateway.adapters.errors import ErrorClass, ProviderError
+from gateway.adapters.messages import Completion, CompletionRequest, HealthResult
+from gateway.adapters.ollama import OllamaAdapter
+from gateway.adapters.openai import OpenAICompatibleAdapter
+from gateway.adapters.pool import AdapterPool, make_client
+from gateway.engine.config import ProviderConfig
+from runtime.gateway import settings_for_clients
 
 # Touches neither the database nor the shared state: the services pass leaves it out.
 pytestmark = pytest.mark.backend_free

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from providers.adapters.errors import ProviderError
-from providers.adapters.messages import CompletionRequest
-from providers.routing.answer_cache import answer_key, cache_read
-from providers.routing.cascade import CACHED_NOTICE, RouteRequest, RouteResult, finish_stream, route
+from gateway.adapters.errors import ProviderError
+from gateway.adapters.messages import CompletionRequest
+from gateway.routing.answer_cache import answer_key, cache_read
+from gateway.routing.cascade import CACHED_NOTICE, RouteRequest, RouteResult, finish_stream, route
 from tests.providers.conftest import ask, ledger_rows, update_policy
 
 pytestmark = pytest.mark.django_db(transaction=True)

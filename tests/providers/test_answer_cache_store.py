@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 import redis
 
-from providers.state.contract import CacheWrite, SpendIncrement, StateStore
-from providers.state.memory_store import MemoryStore
-from providers.state.redis_store import RedisStore
+from gateway.state.contract import CacheWrite, SpendIncrement, StateStore
+from gateway.state.memory_store import MemoryStore
+from gateway.state.redis_store import RedisStore
 from tests.providers.test_state_stores import (
     NAME,
     SPEND,

@@ -10,13 +10,13 @@ from typing import Any
 import httpx
 import pytest
 
-from failover_site.runtime.gateway import settings_for_clients
-from providers.adapters.anthropic import API_VERSION, DEFAULT_MAX_TOKENS, AnthropicAdapter
-from providers.adapters.errors import ErrorClass, ProviderError
-from providers.adapters.messages import CompletionRequest
-from providers.adapters.pool import make_client
-from providers.engine.config import ProviderConfig
-from providers.fake_provider import FakeProvider
+from devtools.fake_provider import FakeProvider
+from gateway.adapters.anthropic import API_VERSION, DEFAULT_MAX_TOKENS, AnthropicAdapter
+from gateway.adapters.errors import ErrorClass, ProviderError
+from gateway.adapters.messages import CompletionRequest
+from gateway.adapters.pool import make_client
+from gateway.engine.config import ProviderConfig
+from runtime.gateway import settings_for_clients
 
 MODEL = "claude-3-5-haiku-latest"
 KEY = "sk-ant-test-key"

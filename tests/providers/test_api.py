@@ -144,7 +144,7 @@ async def test_status_shows_each_provider_and_the_kill_switch(api, gateway, prim
 
 
 async def test_status_shows_the_sentinels_verdict(api, gateway, primary):
-    from providers.sentinel.checks import sentinel_run
+    from gateway.sentinel.checks import sentinel_run
 
     primary.set_fault(mode="error", scope="all")
     await sentinel_run(gateway)
@@ -160,7 +160,7 @@ async def test_status_shows_the_sentinels_verdict(api, gateway, primary):
 async def test_the_status_endpoint_and_the_control_room_say_the_same_health(api, gateway, primary):
     from asgiref.sync import sync_to_async
 
-    from providers.control.dashboard import control_status
+    from control_room.dashboard import control_status
 
     async def both() -> tuple[dict[str, str], dict[str, str]]:
         body = (await api.get("/api/v1/status")).json()

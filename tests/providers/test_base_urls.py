@@ -13,16 +13,16 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
 
-from failover_site.runtime.gateway import settings_for_clients
-from providers.adapters import ADAPTERS
-from providers.adapters.base import ProviderAdapter
-from providers.adapters.errors import ErrorClass, ProviderError
-from providers.adapters.messages import CompletionRequest, HealthLevel
-from providers.adapters.pool import make_client
-from providers.engine.config import PolicyConfig, ProviderConfig, api_base
-from providers.fake_provider import FakeProvider
+from devtools.fake_provider import FakeProvider
+from gateway.adapters import ADAPTERS
+from gateway.adapters.base import ProviderAdapter
+from gateway.adapters.errors import ErrorClass, ProviderError
+from gateway.adapters.messages import CompletionRequest, HealthLevel
+from gateway.adapters.pool import make_client
+from gateway.engine.config import PolicyConfig, ProviderConfig, api_base
+from gateway.sentinel.checks import check, wants_inference
 from providers.models import Provider
-from providers.sentinel.checks import check, wants_inference
+from runtime.gateway import settings_for_clients
 from tests.spec import sse_events
 
 DEPLOYMENT = "my-deployment"

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from providers.engine.breaker import (
+from gateway.engine.breaker import (
     Admission,
     BreakerEvent,
     BreakerState,
@@ -21,7 +21,7 @@ from providers.engine.breaker import (
     needs_window,
     on_outcome,
 )
-from providers.engine.config import PolicyConfig
+from gateway.engine.config import PolicyConfig
 
 # Touches neither the database nor the shared state: the services pass leaves it out.
 pytestmark = pytest.mark.backend_free
@@ -391,8 +391,8 @@ def test_an_operator_mode_never_transitions_on_an_outcome(mode, outcome):
 
 
 def test_a_round_whose_last_probe_is_recent_is_not_taken_for_lost():
-    from providers.engine.breaker import Admission, BreakerState, State, admit
-    from providers.engine.config import PolicyConfig
+    from gateway.engine.breaker import Admission, BreakerState, State, admit
+    from gateway.engine.config import PolicyConfig
 
     policy = PolicyConfig(half_open_probes=3, request_deadline_s=30)
     current = BreakerState(

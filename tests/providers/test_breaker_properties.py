@@ -3,7 +3,7 @@
 - A state machine: Hypothesis draws a policy with small thresholds, then any sequence of
   requests arriving (one or several at once), their calls ending (answered fast or slow, failed,
   timed out, rate limited, credentials refused …, or abandoned), the clock moving forward and
-  operator overrides. Requests take the router's own steps (`providers/routing/attempts.py`:
+  operator overrides. Requests take the router's own steps (`gateway/routing/attempts.py`:
   `admit` → `transition` → `acquire_probe`; `settle` → `record` → `transition`) against a
   MemoryStore (embedded pass) or the test Redis (services pass, where steps at once interleave
   their round trips as several processes' would). After every step the breaker is in a legal
@@ -36,11 +36,10 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from failover_site.runtime.gateway import settings_for_clients
-from providers.adapters.errors import ERROR_TABLE, MAX_RETRY_AFTER_S, ErrorClass, ProviderError
-from providers.adapters.messages import CompletionRequest
-from providers.adapters.pool import AdapterPool
-from providers.engine.breaker import (
+from gateway.adapters.errors import ERROR_TABLE, MAX_RETRY_AFTER_S, ErrorClass, ProviderError
+from gateway.adapters.messages import CompletionRequest
+from gateway.adapters.pool import AdapterPool
+from gateway.engine.breaker import (
     BreakerEvent,
     BreakerState,
     EventKind,
@@ -48,15 +47,16 @@ from providers.engine.breaker import (
     State,
     cooldown_for,
 )
-from providers.engine.clock import Clock
-from providers.engine.config import PolicyConfig, ProviderConfig, Snapshot
-from providers.routing import attempts, settling
-from providers.routing.ports import Ports
-from providers.routing.walk import AttemptResult, RouteRequest, Ticket, Walk
-from providers.state import redis_store as redis_store_module
-from providers.state.contract import StateStore
-from providers.state.memory_store import MemoryStore
-from providers.state.redis_store import RedisStore
+from gateway.engine.clock import Clock
+from gateway.engine.config import PolicyConfig, ProviderConfig, Snapshot
+from gateway.routing import attempts, settling
+from gateway.routing.ports import Ports
+from gateway.routing.walk import AttemptResult, RouteRequest, Ticket, Walk
+from gateway.state import redis_store as redis_store_module
+from gateway.state.contract import StateStore
+from gateway.state.memory_store import MemoryStore
+from gateway.state.redis_store import RedisStore
+from runtime.gateway import settings_for_clients
 from tests.providers.test_state_stores import close_redis_store, flush_redis, redis_url
 
 NAME = "ollama-local"

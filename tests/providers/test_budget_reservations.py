@@ -15,11 +15,11 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from billing.models import Budget, CallRecord
-from providers.adapters.messages import CompletionRequest
-from providers.engine.budgets import Hold, budget_period, hold_refusal, prompt_tokens_reserved
-from providers.engine.reasons import SkipReason
-from providers.state import redis_scripts
-from providers.state.contract import HoldRelease, Sample, StateStore, Windows, spend_key
+from gateway.adapters.messages import CompletionRequest
+from gateway.engine.budgets import Hold, budget_period, hold_refusal, prompt_tokens_reserved
+from gateway.engine.reasons import SkipReason
+from gateway.state import redis_scripts
+from gateway.state.contract import HoldRelease, Sample, StateStore, Windows, spend_key
 from tests.providers.conftest import (
     ask,
     ledger_rows,
@@ -114,7 +114,7 @@ class TestThePool:
     pytestmark = pytest.mark.backend_free
 
     def test_a_call_claims_a_standing_hold_as_large_as_its_own_once(self):
-        from providers.routing.standing import StandingHolds
+        from gateway.routing.standing import StandingHolds
 
         pool = StandingHolds(enabled=True)
         take = pool.offer("cloud", [hold(0.02)], life_s=60)
@@ -125,7 +125,7 @@ class TestThePool:
         assert pool.claim("cloud", [hold(0.01)], T0) is None  # claimed once
 
     def test_a_standing_hold_is_trusted_for_half_its_life(self):
-        from providers.routing.standing import StandingHolds
+        from gateway.routing.standing import StandingHolds
 
         pool = StandingHolds(enabled=True)
         take = pool.offer("cloud", [hold(0.02)], life_s=60)
@@ -134,7 +134,7 @@ class TestThePool:
         assert pool.claim("cloud", [hold(0.02)], T0 + 30) is None
 
     def test_an_in_process_store_keeps_no_pool(self):
-        from providers.routing.standing import StandingHolds
+        from gateway.routing.standing import StandingHolds
 
         assert StandingHolds(enabled=False).offer("cloud", [hold()], life_s=60) is None
 
@@ -153,7 +153,7 @@ class TestTheStores:
     async def test_the_record_settles_the_spend_and_drops_the_hold_in_one_step(
         self, store: StateStore
     ):
-        from providers.state.contract import SpendIncrement
+        from gateway.state.contract import SpendIncrement
 
         key = hold().key
         assert not (await store.reserve("r1", [hold(0.04)], now=time.time(), life_s=60)).refusal
@@ -192,7 +192,7 @@ class TestTheStores:
     async def test_a_record_takes_a_standing_hold_for_the_next_call_while_it_fits(
         self, store: StateStore
     ):
-        from providers.state.contract import SpendIncrement, StandingTake
+        from gateway.state.contract import SpendIncrement, StandingTake
 
         key = hold().key
 
@@ -372,7 +372,7 @@ async def test_counters_lost_are_rebuilt_from_the_ledger_in_tokens_too(
 
 async def test_the_watchdog_raises_50_85_and_100_percent_once_each(gateway, providers_configured):
     from alerts.models import AlertEvent
-    from failover_site.runtime.jobs import watchdog_job
+    from runtime.jobs import watchdog_job
 
     budget = await sync_to_async(Budget.objects.create)(scope="all", period="day", cap=Decimal("1"))
     await update_policy()
@@ -429,7 +429,7 @@ async def test_housekeeping_rolls_up_and_prunes_once_across_processes(
     from datetime import timedelta
 
     from billing.models import DailyUsage
-    from failover_site.runtime.jobs import housekeeping_job
+    from runtime.jobs import housekeeping_job
 
     old = datetime.now(UTC) - timedelta(days=40)
     await sync_to_async(CallRecord.objects.create)(

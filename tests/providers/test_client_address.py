@@ -17,13 +17,13 @@ from django.core.handlers.asgi import ASGIRequest
 from django.test import RequestFactory
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
-from failover_site.probes import address_allowed
-from providers.api.access import (
+from edge.api.access import (
     UNVERIFIED,
     address_subject,
     client_address,
     rewritten_peer_reported,
 )
+from edge.probes import address_allowed
 
 pytestmark = pytest.mark.backend_free
 
@@ -173,7 +173,7 @@ async def test_forged_addresses_through_uvicorn_share_one_window_and_pass_no_all
 
 async def test_the_operator_is_told_once_to_run_uvicorn_without_proxy_headers(settings, caplog):
     settings.TRUSTED_PROXY_HOPS = 0
-    with caplog.at_level(logging.WARNING, logger="providers.api.access"):
+    with caplog.at_level(logging.WARNING, logger="edge.api.access"):
         for n in range(5):
             await through_uvicorn([f"198.51.100.{n}"])
     [record] = [r for r in caplog.records if TOLD in r.getMessage()]
@@ -185,7 +185,7 @@ async def test_behind_a_proxy_a_peer_uvicorn_rewrote_changes_nothing_but_is_repo
     settings, caplog
 ):
     settings.TRUSTED_PROXY_HOPS = 1
-    with caplog.at_level(logging.WARNING, logger="providers.api.access"):
+    with caplog.at_level(logging.WARNING, logger="edge.api.access"):
         assert await through_uvicorn(["127.0.0.2, 203.0.113.7"]) == "203.0.113.7"
         assert await through_uvicorn(["203.0.113.7"], trusted="127.0.0.1") == "203.0.113.7"
     [record] = [r for r in caplog.records if TOLD in r.getMessage()]
@@ -205,7 +205,7 @@ async def test_without_uvicorns_proxy_headers_a_forged_header_changes_nothing(se
         },
         io.BytesIO(),
     )
-    with caplog.at_level(logging.WARNING, logger="providers.api.access"):
+    with caplog.at_level(logging.WARNING, logger="edge.api.access"):
         assert client_address(request) == "192.0.2.10"
     assert not caplog.records
 
@@ -214,7 +214,7 @@ def test_a_peer_that_shares_its_host_with_an_entry_is_no_rewrite(settings, caplo
     # A client on the proxy's own machine: the proxy's entry names the host the connection
     # comes from, without the connection's port.
     settings.TRUSTED_PROXY_HOPS = 0
-    with caplog.at_level(logging.WARNING, logger="providers.api.access"):
+    with caplog.at_level(logging.WARNING, logger="edge.api.access"):
         assert address("198.51.100.1, 127.0.0.1", peer="127.0.0.1") == "127.0.0.1"
         assert address("[::1]", peer="::1") == "::1"
     assert not caplog.records

@@ -10,8 +10,8 @@ from django.contrib.messages import get_messages
 from django.test import RequestFactory
 from django.urls import reverse
 
-from providers.api.access import Caller, Refusal, identify
-from providers.engine.clients import key_digest
+from edge.api.access import Caller, Refusal, identify
+from gateway.engine.clients import key_digest
 from providers.models import ChangeAction, ClientApp, ConfigChange
 from providers.selectors import snapshot_build
 from tests.admin_forms import change_form_data

@@ -16,11 +16,11 @@ from django.conf import settings
 from django.test import Client
 
 from billing.models import Budget
-from failover_site.runtime.gateway import Gateway
+from gateway.state.contract import spend_key
 from providers.models import ClientApp
 from providers.services.audit import row_save
 from providers.services.client_apps import client_app_revoke
-from providers.state.contract import spend_key
+from runtime.gateway import Gateway
 from tests.factories import TEST_CLIENT_KEY, make_client_app, make_user
 from tests.providers.conftest import ledger_rows, update_policy
 

@@ -10,7 +10,7 @@ import re
 import pytest
 from django.core.management import CommandError, call_command
 
-from providers.engine.clients import key_digest
+from gateway.engine.clients import key_digest
 from providers.models import ChangeAction, ClientApp, ConfigChange
 
 pytestmark = pytest.mark.django_db

@@ -15,7 +15,8 @@ import pytest
 from langchain_openai import ChatOpenAI
 from pydantic import BaseModel
 
-from providers.adapters.messages import (
+from devtools.fake_provider import FakeProvider
+from gateway.adapters.messages import (
     Completion,
     CompletionRequest,
     OutputFormat,
@@ -23,9 +24,8 @@ from providers.adapters.messages import (
     ToolCall,
     ToolCallDelta,
 )
-from providers.fake_provider import FakeProvider
+from gateway.routing.compliance import answer_problem, first_piece_problem
 from providers.models import Provider
-from providers.routing.compliance import answer_problem, first_piece_problem
 from tests.factories import TEST_CLIENT_KEY
 from tests.providers.conftest import ledger_rows, update_policy
 

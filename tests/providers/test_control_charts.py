@@ -10,8 +10,8 @@ import pytest
 from django.urls import reverse
 from django.utils import dateformat, timezone
 
-from providers.control import charts
-from providers.control.charts_views import hour_row_label, hour_slots
+from control_room import charts
+from control_room.charts_views import hour_row_label, hour_slots
 from tests.factories import make_call_record, make_user
 
 SVG = "{http://www.w3.org/2000/svg}"

@@ -10,7 +10,7 @@ from email.utils import formatdate
 
 import pytest
 
-from providers.adapters.errors import (
+from gateway.adapters.errors import (
     ERROR_TABLE,
     MAX_RETRY_AFTER_S,
     ErrorClass,

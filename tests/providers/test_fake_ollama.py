@@ -13,8 +13,8 @@ import httpx
 import openai
 import pytest
 
-from providers.fake_provider import DEFAULT_TEXT, FakeProvider
-from providers.fake_provider.ollama_extra import THINKING_TEXT
+from devtools.fake_provider import DEFAULT_TEXT, FakeProvider
+from devtools.fake_provider.ollama_extra import THINKING_TEXT
 
 from .test_fake_tools import OPENAI_TOOLS, assert_openai
 

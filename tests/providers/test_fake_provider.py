@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from providers.fake_provider import DEFAULT_TEXT, ConfigError, FakeProvider
+from devtools.fake_provider import DEFAULT_TEXT, ConfigError, FakeProvider
 
 # Touches neither the database nor the shared state: the services pass leaves it out.
 pytestmark = pytest.mark.backend_free

@@ -14,8 +14,8 @@ import httpx
 import openai
 import pytest
 
-from providers.fake_provider import DEFAULT_TEXT, FakeProvider
-from providers.fake_provider.schema_instance import instance
+from devtools.fake_provider import DEFAULT_TEXT, FakeProvider
+from devtools.fake_provider.schema_instance import instance
 
 pytestmark = pytest.mark.backend_free
 

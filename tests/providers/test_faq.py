@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from providers.engine.faq import FaqEntry, FaqIndex, normalize
+from gateway.engine.faq import FaqEntry, FaqIndex, normalize
 from providers.services.seeding import DEFAULT_ANSWERS_FILE
 
 # Touches neither the database nor the shared state: the services pass leaves it out.

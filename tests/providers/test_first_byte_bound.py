@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from providers.engine.breaker import BreakerState, State
-from providers.routing.breaker_watch import MIN_SAMPLES
+from gateway.engine.breaker import BreakerState, State
+from gateway.routing.breaker_watch import MIN_SAMPLES
 from tests.providers.conftest import ask, ledger_rows, update_policy, update_provider
 
 BOUND_S = 0.3

@@ -13,16 +13,16 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 
-from failover_site.runtime.gateway import settings_for_clients
-from providers.adapters import ADAPTERS
-from providers.adapters.base import ProviderAdapter
-from providers.adapters.errors import ErrorClass
-from providers.adapters.messages import HealthLevel
-from providers.adapters.pool import make_client
-from providers.control.dashboard import control_status, health_of
-from providers.engine.breaker import BreakerState, Mode, State
-from providers.engine.config import ProviderConfig
-from providers.engine.health import (
+from control_room.dashboard import control_status, health_of
+from devtools.fake_provider import FakeProvider
+from gateway.adapters import ADAPTERS
+from gateway.adapters.base import ProviderAdapter
+from gateway.adapters.errors import ErrorClass
+from gateway.adapters.messages import HealthLevel
+from gateway.adapters.pool import make_client
+from gateway.engine.breaker import BreakerState, Mode, State
+from gateway.engine.config import ProviderConfig
+from gateway.engine.health import (
     DEGRADED,
     DOWN,
     HEALTHY,
@@ -31,9 +31,9 @@ from providers.engine.health import (
     health_skip,
     next_health,
 )
-from providers.fake_provider import FakeProvider
-from providers.sentinel.checks import sentinel_run, sentinel_tick
-from providers.state.contract import WindowSummary
+from gateway.sentinel.checks import sentinel_run, sentinel_tick
+from gateway.state.contract import WindowSummary
+from runtime.gateway import settings_for_clients
 from tests.providers.conftest import ask, ledger_rows, update_policy
 
 MODELS = {"ollama": "llama3.1:8b", "openai": "gpt-4o-mini", "anthropic": "claude-test"}
@@ -296,9 +296,7 @@ async def test_a_stopped_primary_goes_degraded_then_down_then_back_only_on_a_cle
 
 def sentinel_lines(caplog) -> list[tuple[str, str]]:
     return [
-        (r.levelname, r.getMessage())
-        for r in caplog.records
-        if r.name == "providers.sentinel.checks"
+        (r.levelname, r.getMessage()) for r in caplog.records if r.name == "gateway.sentinel.checks"
     ]
 
 
@@ -306,7 +304,7 @@ def sentinel_lines(caplog) -> list[tuple[str, str]]:
 async def test_a_first_failed_check_is_logged_as_a_failure_though_the_status_stays_healthy(
     gateway, clock, primary, secondary, caplog
 ):
-    caplog.set_level(logging.INFO, logger="providers.sentinel.checks")
+    caplog.set_level(logging.INFO, logger="gateway.sentinel.checks")
     primary.stop()
     await sentinel_run(gateway)
     [(level, failed), first_good] = sentinel_lines(caplog)

@@ -10,8 +10,8 @@ import time
 import pytest
 from asgiref.sync import sync_to_async
 
-from failover_site.runtime.gateway import settings_for_clients
-from providers.routing.in_flight import InFlight
+from gateway.routing.in_flight import InFlight
+from runtime.gateway import settings_for_clients
 from tests.providers.conftest import ask, ledger_rows, update_policy
 
 
@@ -30,8 +30,8 @@ class TestTheCount:
         assert all(in_flight.take("ollama", 0) for _ in range(1000))
 
     def test_the_connection_pool_has_room_for_every_call_the_limit_admits(self):
-        from providers.adapters.pool import MAX_CONNECTIONS, make_client, pool_size
-        from providers.engine.config import ProviderConfig
+        from gateway.adapters.pool import MAX_CONNECTIONS, make_client, pool_size
+        from gateway.engine.config import ProviderConfig
 
         base = {
             "name": "ollama", "kind": "ollama", "base_url": "http://127.0.0.1:1", "model": "m",

@@ -15,12 +15,12 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.utils import timezone
 
-from failover_site.runtime.incidents import incidents_and_alerts, incidents_reconcile
-from providers.engine.breaker import BreakerEvent, BreakerState, EventKind, State
+from gateway.engine.breaker import BreakerEvent, BreakerState, EventKind, State
+from gateway.state.memory_store import MemoryStore
+from gateway.state.redis_store import RedisStore
+from gateway.state.resilient_store import ResilientStore
 from providers.models import Incident
-from providers.state.memory_store import MemoryStore
-from providers.state.redis_store import RedisStore
-from providers.state.resilient_store import ResilientStore
+from runtime.incidents import incidents_and_alerts, incidents_reconcile
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

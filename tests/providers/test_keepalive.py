@@ -9,11 +9,11 @@ from dataclasses import replace
 import pytest
 from asgiref.sync import sync_to_async
 
-from providers.engine.breaker import BreakerState, State
-from providers.engine.health import Health
+from gateway.engine.breaker import BreakerState, State
+from gateway.engine.health import Health
+from gateway.sentinel.keepalive import keepalive_tick
+from gateway.state.contract import Windows
 from providers.models import Provider
-from providers.sentinel.keepalive import keepalive_tick
-from providers.state.contract import Windows
 from tests.providers.conftest import ask, update_policy
 
 pytestmark = pytest.mark.django_db(transaction=True)

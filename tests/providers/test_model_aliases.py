@@ -12,12 +12,12 @@ from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
 from django.urls import reverse
 
-from providers.adapters.messages import CompletionRequest
-from providers.engine.config import PolicyConfig, ProviderConfig
+from gateway.adapters.messages import CompletionRequest
+from gateway.engine.config import PolicyConfig, ProviderConfig
+from gateway.routing.answer_cache import answer_key
+from gateway.routing.strategies import ordered
+from gateway.routing.walk import RouteRequest
 from providers.models import AliasEntry, ChangeAction, ConfigChange, ModelAlias, Provider
-from providers.routing.answer_cache import answer_key
-from providers.routing.strategies import ordered
-from providers.routing.walk import RouteRequest
 from providers.selectors import config_change_high_water, snapshot_build
 from providers.services.audit import row_save
 from tests.admin_forms import change_form_data

@@ -9,13 +9,13 @@ import time
 import httpx
 import pytest
 
-from failover_site.runtime.gateway import settings_for_clients
-from providers.adapters.messages import CompletionRequest
-from providers.adapters.ollama import OllamaAdapter, load_seconds
-from providers.adapters.pool import make_client
-from providers.engine.breaker import BreakerState
-from providers.engine.health import LOADING, Health, health_skip, provider_health
-from providers.fake_provider import FakeProvider
+from devtools.fake_provider import FakeProvider
+from gateway.adapters.messages import CompletionRequest
+from gateway.adapters.ollama import OllamaAdapter, load_seconds
+from gateway.adapters.pool import make_client
+from gateway.engine.breaker import BreakerState
+from gateway.engine.health import LOADING, Health, health_skip, provider_health
+from runtime.gateway import settings_for_clients
 from tests.providers.test_adapters import provider_config
 from tests.providers.test_state_stores import NAME, T0, WINDOW, store  # noqa: F401
 

@@ -14,17 +14,17 @@ from asgiref.sync import sync_to_async
 from django.core.management import call_command
 
 from billing.seeding import demo_configuration_load
-from providers.adapters.messages import CompletionRequest
-from providers.api.access import Caller
-from providers.api.json_body import ApiError
-from providers.api.models import ModelChoice, Purpose, resolve_model
-from providers.engine.clients import ClientConfig
-from providers.engine.config import AliasConfig, PolicyConfig, ProviderConfig, Snapshot
-from providers.engine.rate import Limits
-from providers.fake_provider import FakeProvider
+from devtools.fake_provider import FakeProvider
+from edge.api.access import Caller
+from edge.api.json_body import ApiError
+from edge.api.models import ModelChoice, Purpose, resolve_model
+from gateway.adapters.messages import CompletionRequest
+from gateway.engine.clients import ClientConfig
+from gateway.engine.config import AliasConfig, PolicyConfig, ProviderConfig, Snapshot
+from gateway.engine.rate import Limits
+from gateway.routing.strategies import ordered
+from gateway.routing.walk import RouteRequest
 from providers.models import AliasEntry, ModelAlias, Provider
-from providers.routing.strategies import ordered
-from providers.routing.walk import RouteRequest
 from providers.selectors import snapshot_build
 from providers.services.audit import row_save
 from tests.factories import TEST_CLIENT_KEY, make_client_app, make_provider

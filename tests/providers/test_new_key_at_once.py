@@ -21,12 +21,12 @@ from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from failover_site.runtime import key_lookup
-from failover_site.runtime.gateway import Gateway
-from providers.engine.clients import Clients, key_digest
-from providers.engine.clock import Clock
+from gateway.engine.clients import Clients, key_digest
+from gateway.engine.clock import Clock
 from providers.selectors import clients_build
 from providers.services.client_apps import client_app_create, client_app_revoke
+from runtime import key_lookup
+from runtime.gateway import Gateway
 from tests.factories import TEST_CLIENT_KEY, make_client_app
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -12,18 +12,18 @@ import httpx
 import pytest
 from asgiref.sync import sync_to_async
 
-from failover_site.runtime.gateway import settings_for_clients
-from providers.adapters.base import ProviderAdapter
-from providers.adapters.errors import ERROR_TABLE, ErrorClass, ProviderError, classify_ollama
-from providers.adapters.messages import CompletionRequest, Reasoning, Tool
-from providers.adapters.ollama import OllamaAdapter, keep_alive_value
-from providers.adapters.pool import make_client
-from providers.engine.breaker import State
-from providers.fake_provider import DEFAULT_TEXT, FakeProvider
-from providers.fake_provider.app import OLLAMA_BUSY
-from providers.fake_provider.ollama_extra import THINKING_TEXT
+from devtools.fake_provider import DEFAULT_TEXT, FakeProvider
+from devtools.fake_provider.app import OLLAMA_BUSY
+from devtools.fake_provider.ollama_extra import THINKING_TEXT
+from gateway.adapters.base import ProviderAdapter
+from gateway.adapters.errors import ERROR_TABLE, ErrorClass, ProviderError, classify_ollama
+from gateway.adapters.messages import CompletionRequest, Reasoning, Tool
+from gateway.adapters.ollama import OllamaAdapter, keep_alive_value
+from gateway.adapters.pool import make_client
+from gateway.engine.breaker import State
+from gateway.routing.settling import windows
 from providers.models import Provider
-from providers.routing.settling import windows
+from runtime.gateway import settings_for_clients
 from tests.providers.conftest import ledger_rows
 from tests.providers.test_adapters import provider_config, shop_question
 from tests.spec import ollama_reference, sse_events

@@ -15,9 +15,9 @@ import openai
 import pytest
 from pydantic import BaseModel
 
-from failover_site.runtime.gateway import settings_for_clients
-from providers.adapters.errors import ErrorClass, ProviderError
-from providers.adapters.messages import (
+from devtools.fake_provider import FakeProvider
+from gateway.adapters.errors import ErrorClass, ProviderError
+from gateway.adapters.messages import (
     CompletionRequest,
     OutputFormat,
     Tool,
@@ -25,10 +25,10 @@ from providers.adapters.messages import (
     ToolCallDelta,
     Turn,
 )
-from providers.adapters.ollama import OllamaAdapter
-from providers.adapters.pool import make_client
-from providers.adapters.tools import EMPTY_OBJECT, forced_by_format
-from providers.fake_provider import FakeProvider
+from gateway.adapters.ollama import OllamaAdapter
+from gateway.adapters.pool import make_client
+from gateway.adapters.tools import EMPTY_OBJECT, forced_by_format
+from runtime.gateway import settings_for_clients
 from tests.factories import TEST_CLIENT_KEY
 from tests.providers.conftest import ledger_rows
 from tests.providers.test_adapters import provider_config

@@ -16,7 +16,7 @@ import pytest
 from asgiref.sync import sync_to_async
 
 import providers
-from providers.fake_provider import FakeProvider
+from devtools.fake_provider import FakeProvider
 from providers.models import Provider
 from tests.factories import TEST_CLIENT_KEY
 from tests.providers.conftest import ledger_rows

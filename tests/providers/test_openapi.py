@@ -23,9 +23,9 @@ from schemathesis.specs.openapi.checks import (
 )
 from schemathesis.specs.openapi.definitions import OPENAPI_31_VALIDATOR
 
-from failover_site.runtime.gateway import Gateway, make_store, set_gateway
-from providers.api import chat_request, embeddings_request, validation
-from providers.api.openapi import openapi_document
+from edge.api import chat_request, embeddings_request, validation
+from edge.api.openapi import openapi_document
+from runtime.gateway import Gateway, make_store, set_gateway
 from tests.factories import AUTH
 from tests.providers.conftest import _flush_test_redis, serve_platform
 

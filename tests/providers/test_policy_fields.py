@@ -7,7 +7,7 @@ from dataclasses import MISSING, fields
 
 import pytest
 
-from providers.engine.config import PolicyConfig
+from gateway.engine.config import PolicyConfig
 from providers.models import FailoverPolicy
 from providers.selectors import policy_config, policy_get
 from providers.services.policy import threshold_groups, threshold_names

@@ -8,11 +8,11 @@ import asyncio
 import pytest
 from asgiref.sync import sync_to_async
 
-from failover_site.runtime.gateway import settings_for_clients
-from providers.api.access import address_subject
-from providers.engine.rate import Limits, judge, rate_keys, retry_after
-from providers.routing.breaker_watch import MIN_SAMPLES
-from providers.state.memory_store import MemoryStore
+from edge.api.access import address_subject
+from gateway.engine.rate import Limits, judge, rate_keys, retry_after
+from gateway.routing.breaker_watch import MIN_SAMPLES
+from gateway.state.memory_store import MemoryStore
+from runtime.gateway import settings_for_clients
 from tests.factories import make_client_app
 from tests.providers.conftest import round_trips_of_steady_requests
 from tests.providers.test_state_stores import store  # noqa: F401 - the two stores' fixture
@@ -147,11 +147,11 @@ def test_an_anonymous_callers_window_is_its_ipv4_address_or_its_ipv6_64(address,
 
 @pytest.mark.backend_free
 async def test_a_request_whose_walk_fails_is_no_longer_pending():
-    from providers.adapters.pool import AdapterPool
-    from providers.engine.clock import Clock
-    from providers.routing.ports import Ports
-    from providers.routing.rate_limits import rate_abandon, rate_admit
-    from providers.routing.readings import Readings
+    from gateway.adapters.pool import AdapterPool
+    from gateway.engine.clock import Clock
+    from gateway.routing.ports import Ports
+    from gateway.routing.rate_limits import rate_abandon, rate_admit
+    from gateway.routing.readings import Readings
 
     readings = Readings(max_age_s=60)
     ports = Ports(
@@ -174,11 +174,11 @@ async def test_a_request_whose_walk_fails_is_no_longer_pending():
 async def test_a_burst_admitted_on_readings_is_counted_by_the_exact_check_too(store):  # noqa: F811
     # Counters heard at zero, then 90 requests at once against 30 a minute: those admitted on
     # what was heard are in flight, in no counter yet, and the exact check must count them.
-    from providers.adapters.pool import AdapterPool
-    from providers.engine.clock import Clock
-    from providers.routing.ports import Ports
-    from providers.routing.rate_limits import RateTicket, rate_admit
-    from providers.routing.readings import Readings
+    from gateway.adapters.pool import AdapterPool
+    from gateway.engine.clock import Clock
+    from gateway.routing.ports import Ports
+    from gateway.routing.rate_limits import RateTicket, rate_admit
+    from gateway.routing.readings import Readings
 
     readings = Readings(max_age_s=60)
     ports = Ports(

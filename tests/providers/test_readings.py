@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from providers.engine.breaker import BreakerState, Mode, State
-from providers.routing.readings import Readings
+from gateway.engine.breaker import BreakerState, Mode, State
+from gateway.routing.readings import Readings
 
 pytestmark = pytest.mark.backend_free
 

@@ -8,9 +8,9 @@ import asyncio
 import pytest
 from asgiref.sync import sync_to_async
 
-from providers.engine.breaker import EventKind, State
+from gateway.engine.breaker import EventKind, State
+from gateway.sentinel.recovery import probe_idle_breakers
 from providers.models import Incident
-from providers.sentinel.recovery import probe_idle_breakers
 from tests.providers.conftest import ask, update_policy
 
 PRIMARY = "ollama-local"
@@ -37,7 +37,7 @@ async def _incident_ended() -> bool:
 async def test_with_no_traffic_the_sentinel_probes_and_closes_a_recovered_breaker(
     api, gateway, primary, secondary, clock
 ):
-    from failover_site.runtime.jobs import sentinel_job
+    from runtime.jobs import sentinel_job
 
     await _opened(api, gateway, primary)
     primary.set_fault(mode="ok")
@@ -64,7 +64,7 @@ async def test_a_probe_that_fails_reopens_it_with_the_next_cooldown(api, gateway
 
 
 async def test_a_closed_or_forced_breaker_is_left_alone(api, gateway, primary):
-    from providers.engine.breaker import Mode
+    from gateway.engine.breaker import Mode
 
     assert await probe_idle_breakers(gateway) == []
     await gateway.store.set_mode(PRIMARY, Mode.DISABLED)

@@ -10,11 +10,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from providers.engine.breaker import BreakerState, Mode, State
-from providers.state import resilient_store as state_resilient
-from providers.state.contract import CacheWrite, Sample, SpendIncrement, Windows
-from providers.state.redis_store import RedisStore
-from providers.state.resilient_store import ResilientStore
+from gateway.engine.breaker import BreakerState, Mode, State
+from gateway.state import resilient_store as state_resilient
+from gateway.state.contract import CacheWrite, Sample, SpendIncrement, Windows
+from gateway.state.redis_store import RedisStore
+from gateway.state.resilient_store import ResilientStore
 from tests.providers.test_state_stores import close_redis_store, flush_redis, redis_url
 
 NAME = "ollama-local"
@@ -119,8 +119,8 @@ async def test_while_redis_is_down_answers_are_cached_in_local_memory(down):
 
 
 async def test_a_standing_hold_taken_in_local_memory_is_not_reported_as_taken(down):
-    from providers.engine.budgets import Hold
-    from providers.state.contract import StandingTake
+    from gateway.engine.budgets import Hold
+    from gateway.state.contract import StandingTake
 
     take = StandingTake("standing:x", (Hold(SPEND, 0.01, 1.0, 1.0, 3600),), 60)
     recorded = await down.record(
@@ -141,7 +141,7 @@ async def test_health_reports_routing_on_local_state_while_redis_is_down(down):
 
 
 async def test_the_outage_is_logged_once(down, clock, caplog):
-    caplog.set_level(logging.ERROR, logger="providers.state.resilient_store")
+    caplog.set_level(logging.ERROR, logger="gateway.state.resilient_store")
     for _ in range(5):
         await down.read(NAME)
         clock.now += ResilientStore.RETRY_AFTER_S  # each call tries Redis again, and fails
@@ -225,7 +225,7 @@ async def test_a_change_committed_while_redis_was_down_reaches_it_once_it_is_bac
 
     import redis as redis_client
 
-    from providers.state.redis_scripts import VERSION_KEY
+    from gateway.state.redis_scripts import VERSION_KEY
 
     url = f"redis://127.0.0.1:{closed_port}/0"
     store = ResilientStore(RedisStore(url))

@@ -14,9 +14,9 @@ import jsonschema_rs
 import openai
 import pytest
 
-from providers.api import responses_request
-from providers.api.json_body import ApiError
-from providers.api.openapi import openapi_document
+from edge.api import responses_request
+from edge.api.json_body import ApiError
+from edge.api.openapi import openapi_document
 from tests.factories import AUTH, TEST_CLIENT_KEY
 from tests.providers.conftest import ledger_rows
 from tests.providers.test_openai_streaming import the_ledger_row

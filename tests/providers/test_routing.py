@@ -11,9 +11,9 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from billing.models import Budget, CallRecord
-from failover_site.runtime import snapshots as snapshots_module
-from providers.engine.breaker import State
+from gateway.engine.breaker import State
 from providers.models import Provider
+from runtime import snapshots as snapshots_module
 from tests.providers.conftest import (
     ask,
     ledger_rows,
@@ -393,7 +393,7 @@ async def update_policy_elsewhere(**values) -> None:
             setattr(policy, key, value)
         policy.save()
 
-    from failover_site.runtime.gateway import get_gateway
+    from runtime.gateway import get_gateway
 
     await sync_to_async(change)()
     await sync_to_async(get_gateway().store.bump_config_version)()
@@ -410,8 +410,8 @@ async def test_shutdown_writes_what_the_ledger_holds(api, gateway):
 async def test_with_redis_unreachable_routing_goes_on_with_local_state(
     api, gateway, primary, closed_port, caplog
 ):
-    from providers.state.redis_store import RedisStore
-    from providers.state.resilient_store import ResilientStore
+    from gateway.state.redis_store import RedisStore
+    from gateway.state.resilient_store import ResilientStore
 
     gateway.store = ResilientStore(RedisStore(f"redis://127.0.0.1:{closed_port}/0"))
     gateway.snapshots.store = gateway.store
@@ -433,8 +433,8 @@ async def test_with_redis_unreachable_routing_goes_on_with_local_state(
 async def test_a_change_made_by_another_process_is_served_within_a_second(api, gateway, primary):
     from django.conf import settings
 
+    from gateway.state.redis_store import RedisStore
     from providers.selectors import policy_get
-    from providers.state.redis_store import RedisStore
 
     assert (await ask(api)).json()["provider"] == "ollama-local"
 
@@ -454,7 +454,7 @@ async def test_a_change_made_by_another_process_is_served_within_a_second(api, g
 async def test_an_unforeseen_adapter_error_is_a_provider_failure_not_a_500(
     api, gateway, primary, monkeypatch, caplog
 ):
-    from providers.adapters.ollama import OllamaAdapter
+    from gateway.adapters.ollama import OllamaAdapter
 
     async def broken(self, request, *, timeout):
         raise RecursionError("maximum recursion depth exceeded")

@@ -13,12 +13,12 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from providers.adapters import ADAPTERS
-from providers.adapters.errors import ProviderError
-from providers.adapters.messages import CompletionRequest
-from providers.engine.config import ProviderConfig
-from providers.engine.scrub import REDACTED, scrub, scrub_cut, scrubbed_traceback
-from providers.fake_provider import FakeProvider
+from devtools.fake_provider import FakeProvider
+from gateway.adapters import ADAPTERS
+from gateway.adapters.errors import ProviderError
+from gateway.adapters.messages import CompletionRequest
+from gateway.engine.config import ProviderConfig
+from gateway.engine.scrub import REDACTED, scrub, scrub_cut, scrubbed_traceback
 from providers.models.secret_env import secret_values
 
 pytestmark = pytest.mark.backend_free

@@ -16,20 +16,20 @@ from django.core.exceptions import ValidationError
 from django.urls import reverse
 
 from alerts.delivery import send_test_alert
-from alerts.fake_receiver import FakeReceiver
 from alerts.models import AlertChannel
-from failover_site.runtime.gateway import settings_for_clients
-from providers.adapters.errors import ErrorClass, ProviderError
-from providers.adapters.pool import AdapterPool
-from providers.engine.config import ProviderConfig
-from providers.engine.secret_destinations import (
+from devtools.fake_provider import FakeProvider
+from devtools.fake_receiver import FakeReceiver
+from gateway.adapters.errors import ErrorClass, ProviderError
+from gateway.adapters.pool import AdapterPool
+from gateway.engine.config import ProviderConfig
+from gateway.engine.secret_destinations import (
     SecretDestinations,
     destinations_parse,
     url_host,
 )
-from providers.fake_provider import FakeProvider
+from gateway.sentinel.checks import sentinel_run
 from providers.models import Provider
-from providers.sentinel.checks import sentinel_run
+from runtime.gateway import settings_for_clients
 from tests.admin_forms import change_form_data
 from tests.factories import make_provider, make_user
 from tests.providers.conftest import ask, ledger_rows

@@ -28,14 +28,14 @@ from django.urls import reverse
 from alerts.channels import TransportError, channel_for
 from alerts.channels.base import env_secret
 from alerts.delivery import deliver_event
-from alerts.fake_receiver import FakeReceiver
 from alerts.models import AlertChannel, AlertEvent
 from billing.models import CallRecord
-from providers.engine.breaker import Mode
-from providers.fake_provider import FakeProvider
+from devtools.fake_provider import FakeProvider
+from devtools.fake_receiver import FakeReceiver
+from gateway.engine.breaker import Mode
+from gateway.sentinel.checks import sentinel_run
 from providers.models import Provider
 from providers.models.secret_env import secret_env_problem
-from providers.sentinel.checks import sentinel_run
 from tests.admin_forms import change_form_data
 from tests.alerts.builders import make_event
 from tests.factories import make_provider

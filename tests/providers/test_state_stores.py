@@ -12,12 +12,12 @@ import pytest
 import redis
 from django.conf import settings
 
-from providers.engine.breaker import BreakerState, Mode, State, WindowStats
-from providers.engine.health import Health, HealthState
-from providers.state.contract import Recorded, Sample, SpendIncrement, StateStore, Windows
-from providers.state.memory_store import MemoryStore
-from providers.state.redis_store import RedisStore
-from providers.state.resilient_store import ResilientStore
+from gateway.engine.breaker import BreakerState, Mode, State, WindowStats
+from gateway.engine.health import Health, HealthState
+from gateway.state.contract import Recorded, Sample, SpendIncrement, StateStore, Windows
+from gateway.state.memory_store import MemoryStore
+from gateway.state.redis_store import RedisStore
+from gateway.state.resilient_store import ResilientStore
 
 NAME = "ollama-local"
 T0 = 1_700_000_000.0

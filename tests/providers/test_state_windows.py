@@ -10,13 +10,13 @@ import pytest
 import redis
 from redis.asyncio.connection import AbstractConnection
 
-from providers.engine.breaker import BreakerState, Mode, Outcome, State, WindowStats, on_outcome
-from providers.engine.config import PolicyConfig
-from providers.engine.health import Health
-from providers.state import histogram
-from providers.state.contract import CacheWrite, SpendIncrement, StateStore
-from providers.state.memory_store import MemoryStore
-from providers.state.redis_store import RedisStore
+from gateway.engine.breaker import BreakerState, Mode, Outcome, State, WindowStats, on_outcome
+from gateway.engine.config import PolicyConfig
+from gateway.engine.health import Health
+from gateway.state import histogram
+from gateway.state.contract import CacheWrite, SpendIncrement, StateStore
+from gateway.state.memory_store import MemoryStore
+from gateway.state.redis_store import RedisStore
 from tests.providers.test_state_stores import (
     NAME,
     OTHER_SPEND,

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 
-from providers.adapters.messages import CompletionRequest
-from providers.engine.breaker import State
+from gateway.adapters.messages import CompletionRequest
+from gateway.engine.breaker import State
+from gateway.routing.cascade import RouteRequest, finish_stream, route
+from gateway.state.contract import Windows
 from providers.models import Provider
-from providers.routing.cascade import RouteRequest, finish_stream, route
-from providers.state.contract import Windows
 from tests.providers.conftest import ask, ledger_rows, update_policy
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -13,14 +13,14 @@ from typing import Any, ClassVar
 import httpx
 import pytest
 
-from failover_site.runtime.gateway import settings_for_clients
-from providers.adapters import ADAPTERS, pool
-from providers.adapters.base import ProviderAdapter
-from providers.adapters.errors import ErrorClass, ProviderError
-from providers.adapters.messages import CompletionRequest
-from providers.adapters.pool import make_client
-from providers.adapters.stream import CompletionStream
-from providers.fake_provider import DEFAULT_TEXT, FakeProvider
+from devtools.fake_provider import DEFAULT_TEXT, FakeProvider
+from gateway.adapters import ADAPTERS, pool
+from gateway.adapters.base import ProviderAdapter
+from gateway.adapters.errors import ErrorClass, ProviderError
+from gateway.adapters.messages import CompletionRequest
+from gateway.adapters.pool import make_client
+from gateway.adapters.stream import CompletionStream
+from runtime.gateway import settings_for_clients
 from tests.providers.test_adapters import MODELS, PROMPT, SYSTEM, provider_config, shop_question
 
 # Touches neither the database nor the shared state: the services pass leaves it out.

@@ -1,6 +1,6 @@
 """Stuck calls: a call still waiting past its provider's usual time counts against the breaker at
 once, and once the breaker gives up on the provider the calls waiting on it are cancelled and
-moved on to the next one (`providers/routing/stuck.py`)."""
+moved on to the next one (`gateway/routing/stuck.py`)."""
 
 from __future__ import annotations
 
@@ -9,18 +9,18 @@ import time
 
 import pytest
 
-from failover_site.runtime.gateway import settings_for_clients
-from providers.adapters.messages import CompletionRequest
-from providers.adapters.pool import AdapterPool
-from providers.engine import breaker
-from providers.engine.breaker import BreakerState, Mode, State, WindowStats
-from providers.engine.clock import Clock
-from providers.engine.config import PolicyConfig, ProviderConfig, Snapshot
-from providers.routing.breaker_watch import MIN_SAMPLES, Latencies, gave_up
-from providers.routing.ports import Ports
-from providers.routing.stuck import POLL_S, StuckGuard
-from providers.routing.walk import RouteRequest, Ticket, Walk
-from providers.state.memory_store import MemoryStore
+from gateway.adapters.messages import CompletionRequest
+from gateway.adapters.pool import AdapterPool
+from gateway.engine import breaker
+from gateway.engine.breaker import BreakerState, Mode, State, WindowStats
+from gateway.engine.clock import Clock
+from gateway.engine.config import PolicyConfig, ProviderConfig, Snapshot
+from gateway.routing.breaker_watch import MIN_SAMPLES, Latencies, gave_up
+from gateway.routing.ports import Ports
+from gateway.routing.stuck import POLL_S, StuckGuard
+from gateway.routing.walk import RouteRequest, Ticket, Walk
+from gateway.state.memory_store import MemoryStore
+from runtime.gateway import settings_for_clients
 from tests.providers.conftest import ask, ledger_rows, update_policy
 
 POLICY = PolicyConfig()
@@ -175,7 +175,7 @@ async def test_a_breaker_opened_by_another_process_moves_a_stuck_call_on(
 
 
 def _windows():
-    from providers.routing.settling import windows
+    from gateway.routing.settling import windows
 
     return windows(PolicyConfig())
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from providers.engine.breaker import BreakerState, State
-from providers.routing.outage_watch import TRICKLE_EVERY_S
+from gateway.engine.breaker import BreakerState, State
+from gateway.routing.outage_watch import TRICKLE_EVERY_S
 from tests.providers.conftest import ask, ledger_rows, update_policy
 
 
@@ -76,8 +76,8 @@ async def test_a_trickle_call_to_a_hung_provider_keeps_no_client_waiting(
 
 
 async def test_an_open_breaker_is_probed_the_moment_its_cooldown_ends(gateway, primary, clock):
-    from failover_site.runtime.jobs import RECOVERY
-    from failover_site.runtime.scheduler import InProcessScheduler
+    from runtime.jobs import RECOVERY
+    from runtime.scheduler import InProcessScheduler
 
     await update_policy(half_open_probes=1)
     state = await _state(gateway, "ollama-local")

@@ -17,11 +17,11 @@ from django.conf import settings
 from django.db.models import Sum
 
 from billing.models import CallRecord
-from providers.adapters.messages import CompletionRequest
-from providers.engine.budgets import prompt_tokens_reserved
+from gateway.adapters.messages import CompletionRequest
+from gateway.engine.budgets import prompt_tokens_reserved
+from gateway.state.contract import spend_key
+from gateway.state.redis_store import RedisStore
 from providers.selectors import policy_get
-from providers.state.contract import spend_key
-from providers.state.redis_store import RedisStore
 from tests.conftest import child_process_env
 from tests.factories import AUTH, make_client_app
 

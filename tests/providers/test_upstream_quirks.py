@@ -11,9 +11,11 @@ from typing import Any
 import httpx
 import pytest
 
-from providers.adapters.anthropic import AnthropicAdapter
-from providers.adapters.errors import ErrorClass, ProviderError
-from providers.adapters.messages import (
+from edge.api.chat_request import parse_chat
+from edge.api.json_body import ApiError
+from gateway.adapters.anthropic import AnthropicAdapter
+from gateway.adapters.errors import ErrorClass, ProviderError
+from gateway.adapters.messages import (
     CompletionRequest,
     OutputFormat,
     Tool,
@@ -21,9 +23,7 @@ from providers.adapters.messages import (
     ToolCallDelta,
     Turn,
 )
-from providers.adapters.openai import OpenAICompatibleAdapter
-from providers.api.chat_request import parse_chat
-from providers.api.json_body import ApiError
+from gateway.adapters.openai import OpenAICompatibleAdapter
 from tests.providers.test_adapters import provider_config
 
 pytestmark = pytest.mark.backend_free

@@ -13,22 +13,22 @@ from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
 from django.urls import reverse
 
-from failover_site.runtime.gateway import settings_for_clients
-from providers.adapters import ADAPTERS
-from providers.adapters.base import ProviderAdapter
-from providers.adapters.errors import ErrorClass, ProviderError
-from providers.adapters.messages import CompletionRequest
-from providers.adapters.pool import make_client
-from providers.engine.config import ProviderConfig
-from providers.engine.outbound import (
+from devtools.fake_provider import FakeProvider
+from gateway.adapters import ADAPTERS
+from gateway.adapters.base import ProviderAdapter
+from gateway.adapters.errors import ErrorClass, ProviderError
+from gateway.adapters.messages import CompletionRequest
+from gateway.adapters.pool import make_client
+from gateway.engine.config import ProviderConfig
+from gateway.engine.outbound import (
     OutboundPolicy,
     address_refusal,
     host_refusal,
     resolved_refusal,
     url_refusal,
 )
-from providers.fake_provider import FakeProvider
 from providers.models import Provider
+from runtime.gateway import settings_for_clients
 from tests.admin_forms import change_form_data
 from tests.factories import make_provider
 from tests.outbound import LocalDns, RedirectServer

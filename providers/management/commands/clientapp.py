@@ -10,7 +10,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from providers.engine.clients import StandIn
+from gateway.engine.clients import StandIn
 from providers.models import ClientApp
 from providers.models.client_app import lines_of
 from providers.services.client_apps import client_app_create, client_app_revoke

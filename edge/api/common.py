@@ -1,0 +1,326 @@
+"""What the frontends' endpoints share: JSON errors, the host and envelope checks, the caller's
+admission (`access`), the routed request built from a parsed body, and the `X-Failover-*`
+headers.
+
+Served by the lean API handler (`failover_site.asgi`): no session, auth or CSRF middleware, so a
+request never leaves the event loop. Every failure answers JSON, with a 4xx for the client's
+mistakes; a provider's failure is never the client's 5xx.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import DisallowedHost
+from django.http import HttpRequest, HttpResponseBase, JsonResponse
+
+from edge.api.access import Caller, Refusal, identify_or_find, permitted, rate_checked
+from edge.api.validation import ApiError
+from gateway.adapters.messages import CompletionRequest
+from gateway.engine.clients import ALL_STAND_INS, StandIn
+from gateway.routing.cascade import RouteRequest, RouteResult, route
+from gateway.routing.ports import Runtime
+from gateway.routing.rate_limits import RateTicket
+from gateway.routing.walk import Tier
+from runtime.gateway import Gateway, get_gateway
+from runtime.outcomes import record_call
+
+logger = logging.getLogger(__name__)
+
+# The request body limits, by endpoint: a long-context conversation or a full embeddings batch
+# runs to megabytes, anything else the API takes (the frontends' own JSON) is small. Paths not
+# named here (every other /api/ and /v1/ path, a bodiless GET included) get the small one.
+CHAT_PATHS = frozenset({"/v1/chat/completions", "/v1/responses", "/v1/messages"})
+EMBEDDINGS_PATHS = frozenset({"/v1/embeddings"})
+
+
+def body_limit_for(path: str) -> int:
+    """The most bytes a request body may hold on `path` (BODY_LIMIT_*_BYTES): what the API
+    handler holds a body to as it arrives, and `checked_envelope` and `body_of` after it."""
+    if path in CHAT_PATHS:
+        return int(settings.BODY_LIMIT_CHAT_BYTES)
+    if path in EMBEDDINGS_PATHS:
+        return int(settings.BODY_LIMIT_EMBEDDINGS_BYTES)
+    return int(settings.BODY_LIMIT_API_BYTES)
+
+
+def byte_size(count: int) -> str:
+    """A byte count as people write it: 4 MiB, 64 KiB, 1.5 MiB, 1000 bytes."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= size:
+            return f"{round(count / size, 1):g} {unit}"
+    return f"{count} bytes"
+
+
+def body_too_large(path: str) -> ApiError:
+    limit = body_limit_for(path)
+    return ApiError(
+        413,
+        "body_too_large",
+        f"The body may be at most {limit} bytes ({byte_size(limit)}) on {path}.",
+    )
+
+
+def error_response(error: ApiError) -> JsonResponse:
+    return JsonResponse({"error": error.as_dict()}, status=error.status)
+
+
+# Host headers already found in ALLOWED_HOSTS (settings don't change while serving). Only good
+# ones are kept, and only so many, so made-up hosts can't grow it.
+_GOOD_HOSTS: set[tuple[str | None, str | None]] = set()
+_GOOD_HOSTS_MAX = 256
+
+
+def checked_host(request: HttpRequest) -> ApiError | None:
+    key = (request.META.get("HTTP_HOST"), request.META.get("HTTP_X_FORWARDED_HOST"))
+    if key in _GOOD_HOSTS:
+        return None
+    try:
+        request.get_host()
+    except DisallowedHost:
+        return ApiError(400, "invalid_host", "This host name is not served here.")
+    if len(_GOOD_HOSTS) < _GOOD_HOSTS_MAX:
+        _GOOD_HOSTS.add(key)
+    return None
+
+
+def json_errors(
+    view: Callable[[HttpRequest], Awaitable[HttpResponseBase]],
+    render: Callable[[ApiError], JsonResponse] = error_response,
+) -> Any:
+    """The API's last line: an unexpected exception is logged and answered as JSON (by
+    `render`, in the endpoint's error shape), never as an HTML page. (The router classifies
+    provider failures; reaching this is a bug.)"""
+
+    @functools.wraps(view)
+    async def wrapped(request: HttpRequest) -> HttpResponseBase:
+        try:
+            return await view(request)
+        except Exception:
+            logger.exception("unhandled error in %s", request.path)
+            return render(ApiError(500, "internal_error", "Something broke on our side."))
+
+    return wrapped
+
+
+def wrong_method(
+    request: HttpRequest,
+    allowed: str,
+    render: Callable[[ApiError], JsonResponse] = error_response,
+    message: str = "",
+) -> JsonResponse | None:
+    """The 405 (with `Allow`) for a request by another method than `allowed`, or None."""
+    if request.method == allowed:
+        return None
+    response = render(ApiError(405, "method_not_allowed", message or f"Use {allowed}."))
+    response["Allow"] = allowed
+    return response
+
+
+def checked_envelope(request: HttpRequest) -> ApiError | None:
+    content_type = request.content_type or ""
+    if content_type != "application/json":
+        return ApiError(
+            415, "unsupported_media_type", "Send the body as JSON (Content-Type: application/json)."
+        )
+    # A declared length over the limit is refused before the body is read (the API handler
+    # already did; this holds a request built another way to it too).
+    length = request.META.get("CONTENT_LENGTH")
+    limit = body_limit_for(request.path)
+    if length is not None and (not length.isdigit() or int(length) > limit):
+        return body_too_large(request.path)
+    return None
+
+
+def body_of(request: HttpRequest) -> bytes | ApiError:
+    """The request's body, read once, or the 413 past its path's limit.
+
+    Read through the request's file interface, never `request.body`: that refuses anything
+    over DATA_UPLOAD_MAX_MEMORY_SIZE, the pages' cap, and the API's limits are its own. The
+    API handler has held the body to the limit as it arrived (and hands it over in one piece,
+    so this read copies nothing); a request built another way is held to it here, reading at
+    most one byte past it."""
+    limit = body_limit_for(request.path)
+    body = request.read(limit + 1)
+    return body_too_large(request.path) if len(body) > limit else body
+
+
+async def caller_of(request: HttpRequest, gateway: Gateway) -> Caller | Refusal:
+    """Who is calling (its key, its origin): checked before the body is read, so a caller
+    without a valid key learns nothing of the API but that. A key the snapshot doesn't know yet
+    is looked up in the database first (bounded: `runtime.key_lookup`). With no
+    configuration to check against (its first read failed), the answer is a 503, never a 500,
+    and on the ledger."""
+    try:
+        snapshot = await gateway.snapshots.current()
+    except Exception:
+        logger.exception("the configuration could not be read to check a caller")
+        unrouted = RouteRequest(completion=CompletionRequest(prompt=""), request_id=_new_id())
+        failed = _unroutable()
+        record_call(gateway, unrouted, failed, 0)
+        assert failed.error is not None
+        return Refusal(
+            ApiError(failed.status, failed.error["code"], failed.error["message"]),
+            {"X-Request-Id": unrouted.request_id},
+        )
+    return await identify_or_find(request, snapshot, gateway.snapshots.client_find)
+
+
+def _new_id() -> str:
+    return str(uuid.uuid4())
+
+
+def _unroutable() -> RouteResult:
+    return RouteResult(
+        text="",
+        tier=Tier.NONE,
+        status=503,
+        reason="gateway_error",
+        error={"code": "unavailable", "message": "The gateway can't route requests now."},
+    )
+
+
+async def caller_admitted(
+    caller: Caller, runtime: Runtime, *, priority: str = "normal", prefer: str = ""
+) -> RateTicket | None | Refusal:
+    """What the caller asks for, then its rate limit (in that order, so a request refused for
+    what it asks is never counted): its place in its rate window, or the refusal."""
+    refusal = permitted(caller, prefer=prefer, priority=priority)
+    if refusal is not None:
+        return refusal
+    return await rate_checked(runtime.ports, caller)
+
+
+def refused(refusal: Refusal, render: Callable[[ApiError], JsonResponse]) -> JsonResponse:
+    response = render(refusal.error)
+    for name, value in refusal.headers.items():
+        response[name] = value
+    return response
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    gateway: Gateway
+    caller: Caller
+    parsed: Any
+
+
+async def arrived(
+    request: HttpRequest,
+    parse: Callable[[bytes], Any],
+    render: Callable[[ApiError], JsonResponse] = error_response,
+    *,
+    wrong_method_message: str = "",
+) -> Arrival | JsonResponse:
+    """A POST's checks in their order (method, host, envelope, the caller's key, the body),
+    or the refusal in the endpoint's error shape (`render`)."""
+    wrong = wrong_method(request, "POST", render, wrong_method_message)
+    if wrong is not None:
+        return wrong
+    problem = checked_host(request) or checked_envelope(request)
+    if problem is not None:
+        return render(problem)
+    gateway = get_gateway()
+    caller = await caller_of(request, gateway)
+    if isinstance(caller, Refusal):
+        return refused(caller, render)
+    raw = body_of(request)
+    parsed = raw if isinstance(raw, ApiError) else parse(raw)
+    if isinstance(parsed, ApiError):
+        return render(parsed)
+    return Arrival(gateway, caller, parsed)
+
+
+def route_request(
+    parsed: Any,
+    completion: CompletionRequest,
+    caller: Caller,
+    rate: RateTicket | None,
+    **extra: Any,
+) -> RouteRequest:
+    """The request to route, with the gateway's own fields both endpoints take (priority,
+    task, allow_cloud, cache, user), as far as the caller may use them."""
+    return RouteRequest(
+        completion=completion,
+        request_id=_new_id(),
+        priority=parsed.priority,
+        task=parsed.task,
+        allow_cloud=parsed.allow_cloud and caller.allow_cloud,
+        client=caller.name,
+        use_cache=parsed.cache,
+        sticky_key=parsed.user,
+        rate=rate,
+        stand_ins=caller.app.stand_ins if caller.app is not None else ALL_STAND_INS,
+        **extra,
+    )
+
+
+async def route_safely(routed: RouteRequest, runtime: Runtime) -> RouteResult:
+    try:
+        return await route(routed, runtime)
+    except Exception:
+        # Providers' failures are classified inside the router; reaching this means the
+        # platform itself failed (its configuration couldn't be read, say). The request is
+        # still answered in JSON and still recorded.
+        logger.exception("routing failed for request %s", routed.request_id)
+        return _unroutable()
+
+
+# The tiers an answer comes from (`RouteResult.tier`; "none" on an error that was routed).
+TIERS = tuple(tier.value for tier in Tier if tier != Tier.NONE)
+# `failover_headers` as the OpenAPI document describes them: on every routed answer.
+FAILOVER_HEADERS: dict[str, dict[str, Any]] = {
+    "X-Request-Id": {
+        "description": "The request's id in the call ledger.",
+        "schema": {"type": "string"},
+    },
+    "X-Failover-Tier": {
+        "description": "Which tier answered (none: an error after routing).",
+        "schema": {"enum": [*TIERS, "none"]},
+    },
+    "X-Failover-Provider": {
+        "description": "The provider that answered, or the tier that stood in.",
+        "schema": {"type": "string"},
+    },
+    "X-Failover-Cache-Age": {
+        "description": "A cached answer's age, in seconds.",
+        "schema": {"type": "string", "pattern": "^[0-9]+$"},
+    },
+    "X-Failover-Stand-In": {
+        "description": "On an answer no provider gave: what stood in for it (cached, static or "
+        "degraded, as the client app's stand-ins allow).",
+        "schema": {"enum": [stand_in.value for stand_in in StandIn]},
+    },
+    "Retry-After": {
+        "description": "On a 503 no provider answered: seconds until a retry may find one (the "
+        "earliest probe of the breakers that turned the request away).",
+        "schema": {"type": "string", "pattern": "^[0-9]+$"},
+    },
+}
+# What stood in for a provider's answer, by the tier that gave it.
+_STAND_INS = {
+    Tier.CACHE: StandIn.CACHED,
+    Tier.STATIC: StandIn.STATIC,
+    Tier.DEGRADED: StandIn.DEGRADED,
+}
+
+
+def failover_headers(result: RouteResult, request_id: str) -> dict[str, str]:
+    headers = {
+        "X-Request-Id": request_id,
+        "X-Failover-Tier": result.tier,
+        "X-Failover-Provider": result.provider or result.tier,
+    }
+    if result.cached_age_s is not None:
+        headers["X-Failover-Cache-Age"] = str(result.cached_age_s)
+    if result.is_fallback and result.tier in _STAND_INS:
+        headers["X-Failover-Stand-In"] = _STAND_INS[result.tier].value
+    if result.retry_after_s is not None:
+        headers["Retry-After"] = str(result.retry_after_s)
+    return headers

@@ -1,0 +1,189 @@
+"""The body of `POST /v1/responses`: the text subset of OpenAI's Responses API, read into the
+same `CompletionRequest` a Chat Completions request becomes, as a table of fields
+(`edge/api/fields.py`) that is also the body's schema in `/api/openapi.json`.
+
+`input` is a string or a list of items: messages (text, or input_text / output_text parts),
+function calls and their outputs. Tools are flat function tools; `text.format` is the
+structured output. The gateway stores nothing, so what needs a stored response
+(`previous_response_id`, `conversation`, `background`, item references) is refused by name,
+and so is what it can't serve (built-in tools, images and files, reasoning settings).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from edge.api.chat_messages import ROLES
+from edge.api.chat_request import CHAT_FIELDS, unsupported
+from edge.api.fields import (
+    BodyTable,
+    Field,
+    JsonSchema,
+)
+from edge.api.json_body import ApiError
+from edge.api.responses_input import (
+    INPUT_SCHEMA,
+    METADATA_SCHEMA,
+    TEXT_SCHEMA,
+    TOOL_CHOICE_SCHEMA,
+    TOOLS_SCHEMA,
+    parse_input,
+    parse_metadata,
+    parse_text,
+    parse_tool_choice,
+    parse_tools,
+)
+from edge.api.validation import MAX_TOKENS_LIMIT, ROUTING_FIELDS, TEMPERATURE
+from gateway.adapters.messages import CompletionRequest
+
+# Checked first, by name, so a request that uses one hears why it can't be served.
+STATELESS = "this gateway stores no responses or conversations."
+UNSUPPORTED_FIELDS = (
+    unsupported("background", f"background responses: {STATELESS}"),
+    unsupported("context_management", "context management is not supported."),
+    unsupported("conversation", f"'conversation': {STATELESS}"),
+    unsupported("include", "extra output data ('include') is not supported."),
+    unsupported("max_tool_calls", "built-in tools are not supported."),
+    unsupported("moderation", "moderation is not supported by this gateway."),
+    unsupported("previous_response_id", f"'previous_response_id': {STATELESS}"),
+    unsupported("prompt", "stored prompt templates are not supported."),
+    unsupported("prompt_cache_key", "OpenAI's prompt cache settings are not supported."),
+    unsupported("prompt_cache_options", "OpenAI's prompt cache settings are not supported."),
+    unsupported("prompt_cache_retention", "OpenAI's prompt cache settings are not supported."),
+    unsupported("reasoning", "reasoning settings are not supported by this gateway."),
+    unsupported("safety_identifier", "'safety_identifier' is not supported: send 'user'."),
+    unsupported("service_tier", "OpenAI's service tiers are not supported."),
+    unsupported("stream_options", "stream options are not supported."),
+    unsupported("top_logprobs", "log probabilities are not supported by this gateway."),
+    unsupported("truncation", "truncation is not supported: the input is sent whole."),
+)
+_CHAT = {field.name: field for field in CHAT_FIELDS}
+RESPONSES_FIELDS = (
+    _CHAT["model"],
+    Field(
+        "input",
+        "any",
+        "A string (the user's question), or a list of items: messages (roles "
+        f"{', '.join(ROLES)}; text or input_text / output_text parts), function_call items and "
+        "the function_call_output items that answer them. The last item after any system ones "
+        "is the user's or a tool's output; as long as the body limit allows and some "
+        "provider's context window takes.",
+        parse=parse_input,
+        fragment=INPUT_SCHEMA,
+        examples=("What are your opening hours?",),
+    ),
+    Field("instructions", "string", "The system prompt, before any system messages of input."),
+    Field(
+        "max_output_tokens",
+        "integer",
+        "The longest answer, in tokens; the provider's own limit when not sent.",
+        minimum=16,
+        maximum=MAX_TOKENS_LIMIT,
+    ),
+    TEMPERATURE,
+    _CHAT["top_p"],
+    Field(
+        "tools",
+        "any",
+        "Function tools (type function: name, description, parameters, strict); built-in "
+        "tools are refused. A provider whose settings say it can't call tools is passed over.",
+        parse=parse_tools,
+        fragment=TOOLS_SCHEMA,
+    ),
+    Field(
+        "tool_choice",
+        "any",
+        'none, auto, required, or {"type": "function", "name": ...}; with tools only.',
+        parse=parse_tool_choice,
+        fragment=TOOL_CHOICE_SCHEMA,
+        body_schema={
+            "if": {
+                "required": ["tool_choice"],
+                "properties": {"tool_choice": {"not": {"type": "null"}}},
+            },
+            "then": {"required": ["tools"], "properties": {"tools": {"minItems": 1}}},
+        },
+    ),
+    Field("parallel_tool_calls", "boolean", "Whether several tools may be called at once."),
+    Field(
+        "text",
+        "any",
+        "format: text, json_object, or json_schema (name, schema, strict), as the chat "
+        "endpoint's response_format.",
+        parse=parse_text,
+        fragment=TEXT_SCHEMA,
+    ),
+    Field("stream", "boolean", "Stream the answer as typed server-sent events.", default=False),
+    Field(
+        "metadata",
+        "any",
+        "Up to 16 labels, given back in the response.",
+        parse=parse_metadata,
+        fragment=METADATA_SCHEMA,
+    ),
+    Field("store", "boolean", "Taken, but nothing is stored: a response can't be fetched again."),
+    *ROUTING_FIELDS,
+)
+RESPONSES_BODY = BodyTable(RESPONSES_FIELDS, refused=UNSUPPORTED_FIELDS)
+
+
+@dataclass(frozen=True, slots=True)
+class ResponsesBody:
+    """The request to route (`completion`), and what the Response object gives back."""
+
+    model: str
+    completion: CompletionRequest
+    instructions: str | None = None
+    stream: bool = False
+    tool_choice: str = ""
+    parallel_tool_calls: bool = True
+    metadata: dict[str, str] | None = None
+    priority: str = "normal"
+    task: str = ""
+    allow_cloud: bool = True
+    cache: bool = True
+    user: str = ""
+
+
+def parse_responses(raw: bytes) -> ResponsesBody | ApiError:
+    """A Responses API request, validated with OpenAI's own rules where it has them."""
+    values = RESPONSES_BODY.read(raw)
+    if isinstance(values, ApiError):
+        return values
+    system_prompt, prompt, history, turns = values["input"]
+    tools = values["tools"]
+    parallel = values["parallel_tool_calls"]
+    options = (
+        *([("user", values["user"])] if values["user"] else []),
+        *([("parallel_tool_calls", parallel)] if tools and parallel is not None else []),
+    )
+    completion = CompletionRequest(
+        prompt=prompt,
+        system_prompt=system_prompt,
+        history=history,
+        max_tokens=values["max_output_tokens"],
+        temperature=values["temperature"],
+        top_p=values["top_p"],
+        turns=turns,
+        tools=tools,
+        tool_choice=values["tool_choice"],
+        output=values["text"],
+        options=options,
+    )
+    return ResponsesBody(
+        model=values["model"],
+        completion=completion,
+        instructions=values["instructions"],
+        stream=values["stream"],
+        tool_choice=values["tool_choice"],
+        parallel_tool_calls=parallel is not False,
+        metadata=values["metadata"],
+        **{field.name: values[field.name] for field in ROUTING_FIELDS},
+    )
+
+
+def responses_body_schema() -> JsonSchema:
+    return RESPONSES_BODY.schema(
+        "A Responses API request, its text subset; an unknown field is refused as OpenAI "
+        "refuses it. The gateway's own priority, task, allow_cloud and cache may ride along."
+    )

@@ -1,0 +1,389 @@
+"""The Responses API's answers in OpenAI's shapes, each beside its JSON Schema (the schemas of
+`/api/openapi.json`): the Response object, whole, and the typed events of a stream.
+
+Every shape is a subset of OpenAI's own (`Response`, `ResponseStreamEvent` and its members)
+plus the gateway's `failover` object. The output is an assistant message with one output_text
+part and/or function_call items; the model's thinking is not given (no reasoning items).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from edge.api.fields import JsonSchema
+from edge.api.openai_shapes import FAILOVER_SCHEMA, NULLABLE_STRING, failover_object
+from edge.api.responses_request import ResponsesBody
+from gateway.adapters.messages import Piece, Reasoning, ToolCallDelta
+from gateway.routing.cascade import RouteResult
+
+STATUSES = ["completed", "incomplete", "in_progress"]
+INTEGER: JsonSchema = {"type": "integer", "minimum": 0}
+STRING: JsonSchema = {"type": "string"}
+NO_ITEMS: JsonSchema = {"type": "array", "maxItems": 0}
+
+
+def _object(**properties: JsonSchema) -> JsonSchema:
+    """An object with each of `properties`."""
+    return {"type": "object", "required": list(properties), "properties": properties}
+
+
+OUTPUT_TEXT_SCHEMA = _object(
+    type={"const": "output_text"}, text=STRING, annotations=NO_ITEMS, logprobs=NO_ITEMS
+)
+MESSAGE_SCHEMA = _object(
+    type={"const": "message"},
+    id={"type": "string", "pattern": "^msg_"},
+    status={"enum": STATUSES},
+    role={"const": "assistant"},
+    content={"type": "array", "items": OUTPUT_TEXT_SCHEMA},
+)
+FUNCTION_CALL_SCHEMA = _object(
+    type={"const": "function_call"},
+    id={"type": "string", "pattern": "^fc_"},
+    call_id=STRING,
+    name=STRING,
+    arguments={"type": "string", "description": "JSON text."},
+    status={"enum": STATUSES},
+)
+OUTPUT_ITEM_SCHEMA: JsonSchema = {"anyOf": [MESSAGE_SCHEMA, FUNCTION_CALL_SCHEMA]}
+USAGE_SCHEMA = _object(
+    input_tokens=INTEGER,
+    input_tokens_details=_object(cached_tokens=INTEGER, cache_write_tokens=INTEGER),
+    output_tokens=INTEGER,
+    output_tokens_details=_object(reasoning_tokens=INTEGER),
+    total_tokens=INTEGER,
+)
+NULLABLE_NUMBER: JsonSchema = {"type": ["number", "null"]}
+RESPONSE_SCHEMA: JsonSchema = {
+    "type": "object",
+    "description": "OpenAI's Response object, with the gateway's failover object. In a "
+    "stream's response.created and response.in_progress it has no output yet and no usage.",
+    "required": [
+        "id",
+        "object",
+        "created_at",
+        "status",
+        "error",
+        "incomplete_details",
+        "instructions",
+        "model",
+        "output",
+        "parallel_tool_calls",
+        "metadata",
+        "tool_choice",
+        "tools",
+        "temperature",
+        "top_p",
+        "text",
+        "failover",
+    ],  # fmt: skip
+    "properties": {
+        "id": {"type": "string", "pattern": "^resp_"},
+        "object": {"const": "response"},
+        "created_at": {"type": "integer"},
+        "completed_at": {"type": ["integer", "null"]},
+        "status": {"enum": STATUSES},
+        "error": {"type": "null"},
+        "incomplete_details": {
+            "anyOf": [
+                {"type": "null"},
+                {
+                    "type": "object",
+                    "required": ["reason"],
+                    "properties": {"reason": {"const": "max_output_tokens"}},
+                },
+            ]
+        },
+        "instructions": NULLABLE_STRING,
+        "max_output_tokens": {"type": ["integer", "null"]},
+        "model": {"type": "string", "description": "The provider that answered, or the tier."},
+        "output": {"type": "array", "items": OUTPUT_ITEM_SCHEMA},
+        "parallel_tool_calls": {"type": "boolean"},
+        "previous_response_id": {"type": "null"},
+        "store": {"const": False, "description": "Nothing is stored."},
+        "metadata": {"type": "object", "additionalProperties": {"type": "string"}},
+        "temperature": NULLABLE_NUMBER,
+        "top_p": NULLABLE_NUMBER,
+        "text": {"type": "object", "required": ["format"]},
+        "tool_choice": {
+            "anyOf": [
+                {"enum": ["none", "auto", "required"]},
+                {
+                    "type": "object",
+                    "required": ["type", "name"],
+                    "properties": {"type": {"const": "function"}, "name": {"type": "string"}},
+                },
+            ]
+        },
+        "tools": {"type": "array", "items": {"type": "object", "required": ["type", "name"]}},
+        "truncation": {"const": "disabled"},
+        "usage": USAGE_SCHEMA,
+        "failover": FAILOVER_SCHEMA,
+    },
+}
+
+
+def _event_schema(kind: str, **properties: JsonSchema) -> JsonSchema:
+    return {
+        "type": "object",
+        "required": ["type", "sequence_number", *properties],
+        "properties": {"type": {"const": kind}, "sequence_number": INTEGER, **properties},
+    }
+
+
+_AT = {"item_id": STRING, "output_index": INTEGER}
+_PART = {**_AT, "content_index": INTEGER}
+ERROR_EVENT_SCHEMA = _event_schema(
+    "error", code=NULLABLE_STRING, message=STRING, param=NULLABLE_STRING
+)
+
+
+def stream_event_schema(response: JsonSchema) -> JsonSchema:
+    """One server-sent event of a stream, `event: <type>` beside its JSON `data`, whose
+    response events carry `response` (a $ref to the Response object's schema). A stream ends
+    with response.completed or response.incomplete, or, broken, with an error event."""
+    events = [
+        *(
+            _event_schema(f"response.{kind}", response=response)
+            for kind in ("created", "in_progress", "completed", "incomplete")
+        ),
+        *(
+            _event_schema(
+                f"response.output_item.{kind}", output_index=INTEGER, item=OUTPUT_ITEM_SCHEMA
+            )
+            for kind in ("added", "done")
+        ),
+        *(
+            _event_schema(f"response.content_part.{kind}", **_PART, part=OUTPUT_TEXT_SCHEMA)
+            for kind in ("added", "done")
+        ),
+        _event_schema("response.output_text.delta", **_PART, delta=STRING, logprobs=NO_ITEMS),
+        _event_schema("response.output_text.done", **_PART, text=STRING, logprobs=NO_ITEMS),
+        _event_schema("response.function_call_arguments.delta", **_AT, delta=STRING),
+        _event_schema(
+            "response.function_call_arguments.done", **_AT, name=STRING, arguments=STRING
+        ),
+        ERROR_EVENT_SCHEMA,
+    ]
+    return {
+        "type": "object",
+        "required": ["event", "data"],
+        "properties": {
+            "event": {"enum": [event["properties"]["type"]["const"] for event in events]},
+            "data": {
+                "type": "string",
+                "contentMediaType": "application/json",
+                "contentSchema": {"anyOf": events},
+            },
+        },
+    }
+
+
+def _output_text(text: str) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+class ResponseShape:
+    """The answer as a Response object, whole (`response`) or as the typed events of a
+    stream (`ResponseEvents`)."""
+
+    def __init__(self, parsed: ResponsesBody, result: RouteResult, request_id: str) -> None:
+        self.parsed = parsed
+        self.result = result
+        self.key = request_id.replace("-", "")
+        self.id = f"resp_{self.key}"
+        self.created = int(time.time())
+        self.model = result.provider or result.tier
+        self.request_id = request_id
+
+    @property
+    def failover(self) -> dict[str, Any]:
+        """Which tier answered, as the chat endpoint says it."""
+        return failover_object(self.result, self.request_id)
+
+    def message(self, text: str, status: str) -> dict[str, Any]:
+        return {
+            "type": "message",
+            "id": f"msg_{self.key}",
+            "status": status,
+            "role": "assistant",
+            "content": [_output_text(text)],
+        }
+
+    def call(self, index: int, call_id: str, name: str, arguments: str, status: str) -> Any:
+        return {
+            "type": "function_call",
+            "id": f"fc_{self.key}_{index}",
+            "call_id": call_id or f"call_{self.key}_{index}",
+            "name": name,
+            "arguments": arguments,
+            "status": status,
+        }
+
+    def status(self) -> str:
+        return "incomplete" if self.result.finish_reason == "length" else "completed"
+
+    def usage(self) -> dict[str, Any]:
+        result = self.result
+        return {
+            "input_tokens": result.tokens_in,
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+            "output_tokens": result.tokens_out,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": result.tokens_in + result.tokens_out,
+        }
+
+    def body(self, status: str, output: list[dict[str, Any]]) -> dict[str, Any]:
+        """The Response object; `in_progress` before any output, without usage."""
+        parsed, completion = self.parsed, self.parsed.completion
+        wanted = completion.output
+        output_format: dict[str, Any] = {"type": wanted.kind if wanted else "text"}
+        if wanted is not None and wanted.kind == "json_schema":
+            output_format.update(name=wanted.name, schema=wanted.schema, strict=wanted.strict)
+            if wanted.description:
+                output_format["description"] = wanted.description
+        choice: Any = parsed.tool_choice or "auto"
+        if choice not in ("none", "auto", "required"):
+            choice = {"type": "function", "name": choice}
+        body: dict[str, Any] = {
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created,
+            "status": status,
+            "completed_at": int(time.time()) if status == "completed" else None,
+            "error": None,
+            "incomplete_details": (
+                {"reason": "max_output_tokens"} if status == "incomplete" else None
+            ),
+            "instructions": parsed.instructions,
+            "max_output_tokens": completion.max_tokens,
+            "model": self.model,
+            "output": output,
+            "parallel_tool_calls": parsed.parallel_tool_calls,
+            "previous_response_id": None,
+            "store": False,
+            "metadata": parsed.metadata or {},
+            "temperature": completion.temperature,
+            "top_p": completion.top_p,
+            "text": {"format": output_format},
+            "tool_choice": choice,
+            "tools": [
+                {
+                    "type": "function",
+                    "name": tool.name,
+                    "description": tool.description or None,
+                    "parameters": tool.parameters,
+                    "strict": tool.strict,
+                }
+                for tool in completion.tools
+            ],
+            "truncation": "disabled",
+        }
+        if status != "in_progress":
+            body["usage"] = self.usage()
+        body["failover"] = self.failover
+        return body
+
+    def response(self) -> dict[str, Any]:
+        """The whole answer: its text as a message (unless it is tool calls only), then its
+        tool calls."""
+        result, status = self.result, self.status()
+        output = []
+        if result.text or not result.tool_calls:
+            output.append(self.message(result.text, status))
+        output += [
+            self.call(index, call.id, call.name, call.arguments, "completed")
+            for index, call in enumerate(result.tool_calls)
+        ]
+        return self.body(status, output)
+
+
+class ResponseEvents:
+    """A stream's typed events, numbered in order: the response created and in progress, each
+    output item as it starts and grows (a message's text, a call's arguments), each item done,
+    then the whole response (`closing`), or an error event (`broken`)."""
+
+    def __init__(self, shape: ResponseShape) -> None:
+        self.shape = shape
+        self.sequence = 0
+        self.items: list[dict[str, Any]] = []
+        self.text_at: int | None = None  # the message's output index, once it has text
+        self.calls: dict[int, int] = {}  # a streamed call's index → its output index
+
+    def _event(self, kind: str, **fields: Any) -> bytes:
+        body = {"type": f"response.{kind}" if kind != "error" else kind, **fields}
+        body["sequence_number"] = self.sequence
+        self.sequence += 1
+        data = json.dumps(body, ensure_ascii=False)
+        return f"event: {body['type']}\ndata: {data}\n\n".encode()
+
+    def _of(self, kind: str, at: int, **fields: Any) -> bytes:
+        """An event of the item at output index `at` (of its text part, for a message)."""
+        item = self.items[at]
+        part = {"content_index": 0} if item["type"] == "message" else {}
+        return self._event(kind, item_id=item["id"], output_index=at, **part, **fields)
+
+    def opening(self) -> list[bytes]:
+        body = self.shape.body("in_progress", [])
+        return [self._event("created", response=body), self._event("in_progress", response=body)]
+
+    def _added(self, item: dict[str, Any]) -> int:
+        self.items.append(item)
+        return len(self.items) - 1
+
+    def piece(self, piece: Piece) -> list[bytes]:
+        if isinstance(piece, Reasoning) or not piece:
+            return []  # the model's thinking is not given on this endpoint
+        events = []
+        if isinstance(piece, ToolCallDelta):
+            at = self.calls.get(piece.index)
+            if at is None:
+                call = self.shape.call(len(self.calls), piece.id, piece.name, "", "in_progress")
+                at = self.calls[piece.index] = self._added(call)
+                events.append(self._event("output_item.added", output_index=at, item=call))
+            if piece.arguments:
+                self.items[at]["arguments"] += piece.arguments
+                events.append(self._of("function_call_arguments.delta", at, delta=piece.arguments))
+            return events
+        if self.text_at is None:
+            message = self.shape.message("", "in_progress")
+            at = self.text_at = self._added(message)
+            events.append(self._event("output_item.added", output_index=at, item=message))
+            events.append(self._of("content_part.added", at, part=_output_text("")))
+        self.items[self.text_at]["content"][0]["text"] += piece
+        events.append(self._of("output_text.delta", self.text_at, delta=piece, logprobs=[]))
+        return events
+
+    def closing(self) -> list[bytes]:
+        """Each item done, then response.completed (or response.incomplete, cut at the
+        token limit) with the whole response."""
+        status = self.shape.status()
+        events = []
+        for at, item in enumerate(self.items):
+            if item["type"] == "message":
+                item["status"] = status
+                part = item["content"][0]
+                events.append(self._of("output_text.done", at, text=part["text"], logprobs=[]))
+                events.append(self._of("content_part.done", at, part=part))
+            else:
+                item["status"] = "completed"
+                arguments = item["arguments"]
+                events.append(
+                    self._of(
+                        "function_call_arguments.done", at, name=item["name"], arguments=arguments
+                    )
+                )
+            events.append(self._event("output_item.done", output_index=at, item=item))
+        response = self.shape.body(status, self.items)
+        return [*events, self._event(status, response=response)]
+
+    def broken(self) -> bytes:
+        """The event that ends a stream its provider broke off: nothing else is spliced in."""
+        return self._event(
+            "error",
+            code="stream_interrupted",
+            message="The provider's answer broke off; it is incomplete.",
+            param=None,
+        )

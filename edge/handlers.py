@@ -1,0 +1,226 @@
+"""The two Django ASGI handlers a serving process runs.
+
+`CappedASGIHandler` (the admin, the probes) is Django's own, with the request body capped as it
+arrives (Django's reader spools a body of any size to disk before a view can refuse it) and
+bound to arrive within `REQUEST_BODY_TIMEOUT_S`. `ApiHandler` (the frontends' endpoints) keeps
+every request on the event loop, and caps each body at its endpoint's limit
+(`edge.api.common.body_limit_for`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from collections.abc import Callable
+from typing import Any, cast
+
+from django.conf import settings
+from django.core.exceptions import RequestAborted
+from django.core.handlers.asgi import ASGIHandler, get_script_prefix
+from django.core.handlers.exception import convert_exception_to_response
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
+from django.urls import set_script_prefix
+
+from edge.api.common import body_limit_for, body_too_large, error_response
+from edge.api.openai_common import openai_error
+from edge.api.validation import ApiError
+from edge.api_middleware import Handler, api_middleware_load
+from edge.body_deadline import BodyTimedOut, within_deadline
+
+# JSON needs no source of anything, and no page may frame it.
+API_CONTENT_SECURITY_POLICY = "default-src 'none'; frame-ancestors 'none'"
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+def _pages_body_limit() -> int:
+    return int(settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+
+
+def declared_length(scope: dict[str, Any]) -> int:
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            return int(value) if value.isdigit() else 0
+    return 0
+
+
+class CappedASGIHandler(ASGIHandler):
+    """Django's handler, refusing a body past `body_limit()` with a 413 as soon as it shows (a
+    declared length over it before reading anything), and one still arriving
+    `REQUEST_BODY_TIMEOUT_S` after the headers with a 408. Either way the rest of the body is
+    never read, so the connection is closed after the answer."""
+
+    def body_limit(self, scope: dict[str, Any]) -> int:
+        return _pages_body_limit()
+
+    def too_large(self, scope: dict[str, Any]) -> HttpResponseBase:
+        return HttpResponse(
+            f"The request body may be at most {self.body_limit(scope)} bytes.\n",
+            status=413,
+            content_type="text/plain; charset=utf-8",
+        )
+
+    def too_slow(self, scope: dict[str, Any]) -> HttpResponseBase:
+        return HttpResponse(
+            f"The request body must arrive within {settings.REQUEST_BODY_TIMEOUT_S:g} s.\n",
+            status=408,
+            content_type="text/plain; charset=utf-8",
+        )
+
+    async def read_body(self, receive: Any) -> Any:
+        # Django's handle() asks with `receive` alone: the pages' cap is one for every path.
+        return await self.read_capped(receive, _pages_body_limit())
+
+    async def read_capped(self, receive: Any, limit: int) -> io.BytesIO:
+        # One deadline for the whole body, not per chunk: a byte a second never ends otherwise.
+        return await within_deadline(
+            self._read_capped(receive, limit), timeout_s=settings.REQUEST_BODY_TIMEOUT_S
+        )
+
+    async def _read_capped(self, receive: Any, limit: int) -> io.BytesIO:
+        # The chunks joined once at the end, into the bytes the file then shares (no copy):
+        # a view reading it whole gets that same object, so a body is held once, not twice.
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise RequestAborted()
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise BodyTooLarge
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return io.BytesIO(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+
+    async def handle(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        try:
+            if declared_length(scope) > self.body_limit(scope):
+                raise BodyTooLarge
+            await self.handle_capped(scope, receive, send)
+        except BodyTooLarge:
+            await self.send_refusal(self.too_large(scope), send)
+        except BodyTimedOut:
+            await self.send_refusal(self.too_slow(scope), send)
+
+    async def send_refusal(self, response: HttpResponseBase, send: Any) -> None:
+        # What is left of the body would be read as the next request: close instead.
+        response["Connection"] = "close"
+        await self.send_response(response, send)
+
+    async def handle_capped(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await super().handle(scope, receive, send)
+
+
+class ApiHandler(CappedASGIHandler):
+    """Django's ASGI handler for the frontends' endpoints, cut to what they need.
+
+    Only the middleware of `API_MIDDLEWARE` (the security headers), run on the event loop
+    (`edge/api_middleware.py`), and none of the per-request machinery that exists for
+    sync code: Django's `handle()` sends `request_started`/`request_finished` through a thread
+    (to reset queries and close DB connections) and closes the response there too, a dozen
+    thread hops a request. The API's views run no ORM code on the event loop (what they need
+    runs through `runtime.background.run_db`, which releases its own
+    connection), so here a request is: read the body, build the request, run the middleware,
+    the URL resolver and the view, send the response. Measured in `bench/`.
+    """
+
+    def body_limit(self, scope: dict[str, Any]) -> int:
+        return body_limit_for(scope["path"])
+
+    def too_large(self, scope: dict[str, Any]) -> HttpResponseBase:
+        return _render_for(scope["path"])(body_too_large(scope["path"]))
+
+    def too_slow(self, scope: dict[str, Any]) -> HttpResponseBase:
+        timeout = settings.REQUEST_BODY_TIMEOUT_S
+        error = ApiError(408, "body_timeout", f"The body must arrive within {timeout:g} s.")
+        return _render_for(scope["path"])(error)
+
+    async def send_refusal(self, response: HttpResponseBase, send: Any) -> None:
+        # Refused before the middleware runs: the headers it would have added.
+        response["X-Content-Type-Options"] = "nosniff"
+        response["Content-Security-Policy"] = API_CONTENT_SECURITY_POLICY
+        await super().send_refusal(response, send)
+
+    def load_middleware(self, is_async: bool = False) -> None:
+        # ASGIHandler asks for the async chain, the only one the API has.
+        self._view_middleware: list[Any] = []
+        self._template_response_middleware: list[Any] = []
+        self._exception_middleware: list[Any] = []
+        view = cast(
+            Handler,
+            convert_exception_to_response(self._get_response_async),  # type: ignore[attr-defined]
+        )
+        self._middleware_chain = api_middleware_load(
+            handler=self, get_response=_api_edge(view), paths=settings.API_MIDDLEWARE
+        )
+
+    async def handle_capped(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        try:
+            body_file = await self.read_capped(receive, self.body_limit(scope))
+        except RequestAborted:
+            return
+        try:
+            set_script_prefix(get_script_prefix(scope))
+            request, error_response = self.create_request(scope, body_file)
+            if request is None:
+                assert error_response is not None  # Django returns one or the other
+                response = error_response
+            else:
+                response = await self.run_get_response(request)
+            if response.streaming:
+                await self.send_streaming(response, send, receive)
+            else:
+                await self.send_response(response, send)
+        finally:
+            body_file.close()
+
+    async def send_streaming(self, response: HttpResponseBase, send: Any, receive: Any) -> None:
+        """Send a streamed answer until it ends or the client goes away, whichever is first:
+        a client that hangs up stops the stream (and its upstream call) at once."""
+        sending = asyncio.ensure_future(self.send_response(response, send))
+        listening = asyncio.ensure_future(_disconnected(receive))
+        try:
+            await asyncio.wait({sending, listening}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            listening.cancel()
+            if not sending.done():
+                sending.cancel()
+        try:
+            await sending
+        except asyncio.CancelledError:
+            if not listening.done() or listening.cancelled():
+                raise  # this handler itself was cancelled, not the stream
+
+
+async def _disconnected(receive: Any) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+def _render_for(path: str) -> Callable[[ApiError], JsonResponse]:
+    """The endpoint's error shape: OpenAI's on /v1/, the gateway's own on /api/."""
+    return openai_error if path.startswith("/v1/") else error_response
+
+
+def _api_edge(view: Handler) -> Handler:
+    """Innermost, so the middleware's headers (and CORS's) reach its answers too: the refusal
+    of plain HTTP when `API_REQUIRE_HTTPS` is on, and the API's Content-Security-Policy."""
+    require_https = settings.API_REQUIRE_HTTPS
+
+    async def edge(request: HttpRequest) -> HttpResponseBase:
+        if require_https and not request.is_secure():
+            message = "This API answers over HTTPS only."
+            response: HttpResponseBase = _render_for(request.path)(
+                ApiError(403, "https_required", message)
+            )
+        else:
+            response = await view(request)
+        response.headers.setdefault("Content-Security-Policy", API_CONTENT_SECURITY_POLICY)
+        return response
+
+    return edge

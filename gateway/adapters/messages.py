@@ -1,0 +1,234 @@
+"""What crosses the adapter contract: the request, the answer, a health check's result, and the
+token counting every dialect shares."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from gateway.adapters.errors import ErrorClass
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A call the model asked for: the tool's name and its arguments as JSON text (OpenAI's
+    form; the dialects that carry an object are translated both ways)."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    """A piece of a streamed tool call, as OpenAI streams them: the first piece of call
+    `index` names it (`id`, `name`), the next ones add to its `arguments` text."""
+
+    index: int
+    id: str = ""
+    name: str = ""
+    arguments: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Reasoning:
+    """A piece of a model's thinking before its answer (Ollama's `thinking`), given to
+    clients as `reasoning_content`; never the answer's first token."""
+
+    text: str
+
+
+# A piece of a streamed answer: its text, a piece of a tool call, or of the model's thinking.
+Piece = str | ToolCallDelta | Reasoning
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One message of a conversation that uses tools: a user's or assistant's text, an
+    assistant's tool calls, or a tool's result (`tool_call_id`, the call it answers, and
+    `name`, that call's tool)."""
+
+    role: str  # user / assistant / tool
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str = ""
+    name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """A function the model may call: its JSON Schema `parameters` (None: takes none)."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OutputFormat:
+    """Structured output: any JSON object (`json_object`), or one matching `schema`
+    (`json_schema`, named `name`)."""
+
+    kind: str  # json_object / json_schema
+    name: str = ""
+    schema: dict[str, Any] | None = None
+    strict: bool | None = None
+    description: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionRequest:
+    """What to ask: the question (`prompt`, the last user message), the system prompt, the
+    conversation before the question as (role, text) turns, and the sampling parameters.
+
+    A conversation that uses tools is `turns` instead, the whole of it after the system prompt
+    (its last message may be a tool's result); `prompt` is then its last user text. `options`
+    are the other parameters the caller sent, each passed on or refused by the dialect's table
+    (`gateway/adapters/params.py`)."""
+
+    prompt: str
+    system_prompt: str = ""
+    max_tokens: int | None = None
+    temperature: float | None = None
+    history: tuple[tuple[str, str], ...] = ()  # ("user" | "assistant", text), oldest first
+    top_p: float | None = None
+    stop: tuple[str, ...] = ()
+    turns: tuple[Turn, ...] = ()
+    tools: tuple[Tool, ...] = ()
+    tool_choice: str = ""  # "" (not sent) / auto / none / required / a tool's name
+    output: OutputFormat | None = None
+    options: tuple[tuple[str, Any], ...] = ()  # (name, value), in the table's order
+    model: str = ""  # the upstream model to ask ("": the provider's own), set by an alias
+    # An embedding request: the texts to embed (`prompt` is them joined, for the estimates),
+    # and the vectors' length when the caller asks for one.
+    embed: tuple[str, ...] = ()
+    dimensions: int | None = None
+
+    @property
+    def uses_tools(self) -> bool:
+        """Whether an answer may be a tool call, or the conversation holds one: only a
+        provider that speaks tools can carry it, and no fallback text can stand in for it."""
+        return bool(self.tools) or bool(self.turns)
+
+    def option(self, name: str, default: Any = None) -> Any:
+        return next((value for key, value in self.options if key == name), default)
+
+    def messages(self, *, with_system: bool = True) -> list[dict[str, Any]]:
+        """The conversation in OpenAI's message shape."""
+        messages: list[dict[str, Any]] = (
+            [{"role": "system", "content": self.system_prompt}]
+            if self.system_prompt and with_system
+            else []
+        )
+        if self.turns:
+            messages += [_openai_message(turn) for turn in self.turns]
+            return messages
+        messages += [{"role": role, "content": text} for role, text in self.history]
+        messages.append({"role": "user", "content": self.prompt})
+        return messages
+
+    def all_text(self) -> str:
+        if self.turns:
+            texts = [self.system_prompt]
+            for turn in self.turns:
+                texts.append(turn.text)
+                texts += [f"{call.name} {call.arguments}" for call in turn.tool_calls]
+            texts += [f"{tool.name} {tool.description} {tool.parameters}" for tool in self.tools]
+            return "\n".join(texts)
+        return "\n".join((self.system_prompt, *(text for _, text in self.history), self.prompt))
+
+
+def _openai_message(turn: Turn) -> dict[str, Any]:
+    if turn.role == "tool":
+        return {"role": "tool", "tool_call_id": turn.tool_call_id, "content": turn.text}
+    message: dict[str, Any] = {"role": turn.role, "content": turn.text}
+    if turn.tool_calls:
+        message["content"] = turn.text or None
+        message["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments},
+            }
+            for call in turn.tool_calls
+        ]
+    return message
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    text: str
+    provider: str
+    tokens_in: int
+    tokens_out: int
+    latency_ms: float
+    finish_reason: str = ""  # the provider's own word: stop, length, max_tokens, end_turn …
+    tool_calls: tuple[ToolCall, ...] = ()
+    reasoning: str = ""  # the model's thinking before its answer, when it gave it
+    tokens_estimated: bool = False  # the counts are the gateway's estimate, not the provider's
+    embeddings: tuple[tuple[float, ...], ...] = ()  # an embedding request's vectors, in order
+    # Of its latency, the time the provider spent loading the model first (Ollama's
+    # load_duration): a model loading isn't a slow provider.
+    load_s: float = 0.0
+
+
+class HealthLevel(StrEnum):
+    """How deep a health check goes, in order: each level is checked only once the one before
+    has passed."""
+
+    REACHABLE = "reachable"  # the model list answers (and, for a keyed API, takes the key)
+    MODEL = "model"  # the configured model is in it
+    INFERENCE = "inference"  # a one-token completion answers
+
+
+@dataclass(frozen=True, slots=True)
+class HealthResult:
+    """One health check. `level` is the level that failed, or the deepest one that passed."""
+
+    ok: bool
+    latency_ms: float
+    detail: str = ""
+    error_class: ErrorClass | None = None
+    level: HealthLevel | None = None
+    # The model is loading (a self-hosted server answers, the model isn't in memory yet and
+    # the one-token answer is still on its way): a good result, with a verdict of its own.
+    loading: bool = False
+
+
+# The inference level's question: one token of answer is all it needs to see.
+HEALTH_PROBE = CompletionRequest(prompt="Reply with one word: ok", max_tokens=1)
+
+
+def estimate_tokens(text: str) -> int:
+    """A provider-independent estimate (about four characters a token) for budgets."""
+    return max(1, len(text) // 4)
+
+
+def prompt_needed(request: CompletionRequest) -> int:
+    """The tokens of a provider's context window the prompt takes, estimated: about four
+    characters a token, plus each message's framing. An embedding request's inputs are each
+    embedded on their own: its need is its longest input's."""
+    if request.embed:
+        return max(estimate_tokens(text) for text in request.embed)
+    turns = len(request.turns) or len(request.history) + 1
+    return estimate_tokens(request.all_text()) + 4 * turns
+
+
+def context_needed(request: CompletionRequest) -> int:
+    """The tokens a call needs of a provider's context window: the prompt's and the longest
+    answer asked for (as OpenAI counts it: a prompt and a max_tokens over the window are
+    refused)."""
+    return prompt_needed(request) + (request.max_tokens or 0)
+
+
+# No real answer has more; a bigger count is nonsense that would not fit the ledger's column.
+MAX_TOKEN_COUNT = 2**31 - 1
+
+
+def token_count(value: object) -> int:
+    """A token count from an upstream body, or 0 when it's missing or nonsense."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_TOKEN_COUNT:
+        return value
+    return 0

@@ -1,0 +1,162 @@
+"""The outbound URL policy where a provider call connects (the rules: gateway/engine/outbound.py).
+
+A URL is checked when it is saved, but the name in it may resolve elsewhere by the time it is
+called. So both connection pools resolve through the policy and connect only to the addresses
+it allowed: aiohttp through `PolicyResolver` (its connector connects to what the resolver
+returned), httpx through `PolicyNetworkBackend` under its own pool. A new connection costs
+the check; a kept-alive one costs nothing.
+
+A refusal is a `ProviderError` of class `upstream_rejected` ("blocked by the URL policy: …"):
+the gateway's configuration, not the client's request, and nothing was sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import typing
+
+import httpcore
+import httpx
+from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.resolver import DefaultResolver
+
+from gateway.adapters.errors import ErrorClass, ProviderError
+from gateway.engine.outbound import (
+    BLOCKED,
+    OutboundPolicy,
+    host_refusal,
+    resolved_refusal,
+)
+from gateway.engine.secret_destinations import SecretDestinations
+
+
+def blocked(refusal: str) -> ProviderError:
+    return ProviderError(ErrorClass.UPSTREAM_REJECTED, f"{BLOCKED}: {refusal}")
+
+
+class PolicyResolver(AbstractResolver):
+    """aiohttp's resolver, refusing a name any of whose addresses the policy refuses. (aiohttp
+    doesn't resolve an IP address written in the URL: `AiohttpTransport` checks those.)"""
+
+    def __init__(self, policy: OutboundPolicy, resolver: AbstractResolver | None = None) -> None:
+        self._policy = policy
+        self._resolver = resolver or DefaultResolver()
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        refusal = host_refusal(host, self._policy)
+        if refusal:
+            raise blocked(refusal)
+        results = await self._resolver.resolve(host, port, family)
+        refusal = resolved_refusal(host, [result["host"] for result in results], self._policy)
+        if refusal:
+            raise blocked(refusal)
+        return results
+
+    async def close(self) -> None:
+        await self._resolver.close()
+
+
+class PolicyNetworkBackend(httpcore.AsyncNetworkBackend):
+    """httpcore's network backend, resolving first and connecting to an allowed address (the
+    TLS handshake still names the host, so its certificate is checked as usual)."""
+
+    def __init__(self, policy: OutboundPolicy) -> None:
+        self._policy = policy
+        self._backend = httpcore.AnyIOBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: typing.Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        failure: httpcore.ConnectError | None = None
+        for address in await self._allowed_addresses(host, port, timeout):
+            try:
+                return await self._backend.connect_tcp(
+                    address, port, timeout, local_address, socket_options
+                )
+            except httpcore.ConnectError as exc:
+                failure = exc  # the next address may answer, as a resolving connect would try
+        assert failure is not None
+        raise failure
+
+    async def sleep(self, seconds: float) -> None:
+        await self._backend.sleep(seconds)
+
+    async def _allowed_addresses(self, host: str, port: int, timeout: float | None) -> list[str]:
+        refusal = host_refusal(host, self._policy)
+        if refusal:
+            raise blocked(refusal)
+        try:
+            async with asyncio.timeout(timeout):
+                infos = await asyncio.get_running_loop().getaddrinfo(
+                    host, port, type=socket.SOCK_STREAM
+                )
+        except TimeoutError as exc:
+            raise httpcore.ConnectTimeout(f"resolving {host} timed out") from exc
+        except OSError as exc:
+            raise httpcore.ConnectError(f"could not resolve {host}: {exc}") from exc
+        addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+        refusal = resolved_refusal(host, addresses, self._policy)
+        if refusal:
+            raise blocked(refusal)
+        return addresses
+
+
+class PolicyHTTPTransport(httpx.AsyncHTTPTransport):
+    """httpx's own connection pool on `PolicyNetworkBackend`."""
+
+    def __init__(self, *, limits: httpx.Limits, policy: OutboundPolicy) -> None:
+        ssl_context = httpx.create_ssl_context(trust_env=False)
+        super().__init__(verify=ssl_context, limits=limits, trust_env=False)
+        # httpx's transport takes no network backend, but the pool it wraps (httpcore's) does:
+        # the same pool, rebuilt with one.
+        self._pool = httpcore.AsyncConnectionPool(
+            ssl_context=ssl_context,
+            max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry,
+            network_backend=PolicyNetworkBackend(policy),
+        )
+
+
+class BlockedTransport(httpx.AsyncBaseTransport):
+    """A client whose base URL the policy refuses by its form: every call fails at once."""
+
+    def __init__(self, refusal: str) -> None:
+        self.refusal = refusal
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        raise blocked(self.refusal)
+
+
+class SecretBoundTransport(httpx.AsyncBaseTransport):
+    """A provider's pool, sending its key only to a host the key's variable is bound to
+    (`SECRET_DESTINATIONS`): checked on each request's own URL, whatever the base URL said
+    when the row was saved. A refusal sends nothing (`upstream_rejected`, "not sent: …")."""
+
+    def __init__(
+        self, inner: httpx.AsyncBaseTransport, *, name: str, destinations: SecretDestinations
+    ) -> None:
+        self._inner = inner
+        self._name = name
+        self._destinations = destinations
+        self._allowed: set[str] = set()  # hosts already checked: one set lookup a request
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        host = request.url.host
+        if host not in self._allowed:
+            refusal = self._destinations.refusal(self._name, str(request.url))
+            if refusal:
+                raise ProviderError(ErrorClass.UPSTREAM_REJECTED, f"not sent: {refusal}")
+            self._allowed.add(host)
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()

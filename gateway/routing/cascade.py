@@ -1,0 +1,375 @@
+"""The cascade: for one request, who answers.
+
+Kill switch → the answer cache when the policy saves cost with it → providers (by priority,
+weighted or hedged, filtered by what the request allows, the breaker and the budgets), each
+given min(its timeout, the time left) and judged by the error table (a call without a latency
+history hedged at the first-byte bound: `hedge`; with every breaker open, one trickle call per
+process: `trickle`) → the cached answer → the static answer → the degradation message.
+docs/architecture.md, "A request's walk".
+
+A streamed request is routed the same way up to its first token: a provider that fails before
+then (or doesn't start within the policy's time to first token) is passed over like any other.
+From the first token on the answer belongs to that provider; `finish_stream` settles its
+bookkeeping once the stream has ended, whole or broken.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from gateway.adapters.errors import ProviderError
+from gateway.adapters.messages import CompletionRequest, ToolCall, context_needed
+from gateway.adapters.stream import CompletionStream
+from gateway.engine.breaker import BreakerEvent
+from gateway.engine.clients import StandIn
+from gateway.engine.config import ProviderConfig, Snapshot
+from gateway.routing.answer_cache import CachedAnswer, answer_key, cache_read
+from gateway.routing.ports import Ports, Runtime
+from gateway.routing.rate_limits import rate_abandon, rate_settle
+from gateway.routing.strategies import hedged, in_turn, ordered
+from gateway.routing.streams import PendingStream, finish_reason
+from gateway.routing.trickle import trickle
+from gateway.routing.walk import (
+    CANNOT_SERVE,
+    TOO_SMALL,
+    Attempt,
+    AttemptOutcome,
+    AttemptResult,
+    Refused,
+    RouteRequest,
+    Tier,
+    Walk,
+)
+
+__all__ = ["Attempt", "RouteRequest", "RouteResult", "finish_stream", "route"]
+
+logger = logging.getLogger(__name__)
+
+STATIC_NOTICE = (
+    "The assistant is unavailable right now; this is a prepared answer to a common question."
+)
+
+CACHED_NOTICE = (
+    "The assistant is unavailable right now; this answer was saved earlier and may be out of date."
+)
+
+DEGRADED_NOTICE = "The assistant is unavailable right now."
+
+
+@dataclass(slots=True)
+class RouteResult:
+    text: str
+    tier: Tier
+    status: int = 200
+    provider: str = ""
+    is_fallback: bool = False
+    degradation_notice: str | None = None
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost: Decimal = Decimal("0")
+    reason: str = ""
+    static_answer_id: int | None = None
+    cache_hit: bool = False
+    cached_age_s: int | None = None
+    finish_reason: str = "stop"
+    tool_calls: tuple[ToolCall, ...] = ()
+    reasoning: str = ""
+    tokens_estimated: bool = False  # a stream whose upstream sent no usage: counted by estimate
+    embeddings: tuple[tuple[float, ...], ...] = ()  # an embedding request's vectors
+    error: dict[str, Any] | None = None
+    retry_after_s: int | None = None  # a 503's: when a retry may find a provider to ask
+    store_prompt: bool = False  # the policy keeps prompts in the ledger
+    # A streamed answer whose first token has arrived: the rest is read by the view, then
+    # `finish_stream` settles it. `interrupted` is set when it broke before its end.
+    stream: CompletionStream | None = None
+    interrupted: bool = False
+    attempts: list[Attempt] = field(default_factory=list)
+    events: list[BreakerEvent] = field(default_factory=list)
+    pending: PendingStream | None = None  # the stream's settling, until `finish_stream`
+
+    @property
+    def outcome(self) -> str:
+        if self.error is not None or self.interrupted:
+            return "rejected" if self.status < 500 and not self.interrupted else "failed"
+        return "fallback" if self.is_fallback else "ok"
+
+
+async def finish_stream(
+    result: RouteResult, error: ProviderError | None = None, *, client_gone: bool = False
+) -> None:
+    """Settle a streamed answer once it has ended (`PendingStream.finish`) and fill `result`
+    in with what it came to; nothing when it was settled already."""
+    pending, result.pending = result.pending, None
+    end = await pending.finish(error, client_gone=client_gone) if pending is not None else None
+    if end is None:
+        return
+    result.text, result.tool_calls, result.reasoning = end.text, end.tool_calls, end.reasoning
+    result.tokens_in, result.tokens_out, result.cost = end.tokens_in, end.tokens_out, end.cost
+    result.tokens_estimated = end.tokens_estimated
+    result.finish_reason = end.finish_reason
+    if end.interrupted_by:
+        result.interrupted = True
+        result.reason = end.interrupted_by
+
+
+async def route(request: RouteRequest, runtime: Runtime) -> RouteResult:
+    try:
+        snapshot = await runtime.snapshots.current()
+        result = await _route(request, snapshot, runtime.ports)
+    except BaseException:
+        rate_abandon(runtime.ports, request.rate)  # a failed walk is not left pending
+        raise
+    if result.pending is None:  # a stream is counted when it is settled
+        await rate_settle(runtime.ports, request.rate)
+    result.store_prompt = snapshot.policy.store_prompts
+    return result
+
+
+async def _route(request: RouteRequest, snapshot: Snapshot, ports: Ports) -> RouteResult:
+    policy = snapshot.policy
+    use_cache = request.use_cache and policy.cache_mode != "off"
+    walk = Walk(
+        request=request,
+        snapshot=snapshot,
+        ports=ports,
+        deadline=ports.clock.mono() + policy.request_deadline_s,
+        cache_key=answer_key(request.completion, request.group) if use_cache else "",
+        events=[],
+    )
+    attempts: list[Attempt] = []
+
+    if policy.kill_switch == "static_only":
+        return await _fallback(walk, attempts, "kill_switch_static_only", cache=False)
+    candidates: Sequence[ProviderConfig] = snapshot.providers
+    forced_reason = ""
+    if policy.kill_switch == "force_provider":
+        forced = snapshot.provider(policy.kill_switch_provider)
+        candidates = (forced,) if forced is not None else ()
+        forced_reason = "kill_switch_forced"
+    elif (
+        walk.cache_key
+        and policy.cache_mode == "cost_saver"
+        and StandIn.CACHED in request.stand_ins
+        # A provider asked for by name, or a task that takes no fallback, wants a fresh answer.
+        and not request.prefer
+        and request.task not in policy.no_fallback_tasks
+    ):
+        hit = await cache_read(ports.store, walk.cache_key)
+        if hit is not None:
+            return _cached(walk, hit, attempts, "cache_cost_saver", fallback=False)
+        candidates = ordered(candidates, request, policy)
+    else:
+        candidates = ordered(candidates, request, policy)
+
+    if policy.strategy == "hedged":
+        answered = await hedged(walk, candidates, attempts)
+    else:
+        answered = await in_turn(walk, candidates, attempts)
+    if answered is None:  # every breaker open: this process's trickle call, when it's its turn
+        answered = await trickle(walk, attempts)
+    if isinstance(answered, Refused):
+        return _client_error(walk, answered.error, answered.provider, attempts)
+    if answered is not None:
+        return _answered(walk, answered, attempts, forced_reason)
+    if attempts and all(a.error_class in (CANNOT_SERVE, TOO_SMALL) for a in attempts):
+        return _none_can(walk, attempts)
+
+    reason = forced_reason or _reason_from(snapshot, attempts) or "no_provider"
+    if request.task and request.task in policy.no_fallback_tasks:
+        return _unavailable(walk, attempts, reason, "this task takes no fallback answer.")
+    return await _fallback(walk, attempts, reason, cache=bool(walk.cache_key))
+
+
+def _reason_from(snapshot: Snapshot, attempts: list[Attempt]) -> str:
+    """Why the primary didn't serve: `primary_breaker_open`, `primary_timeout` …"""
+    primary = snapshot.primary
+    for attempt in attempts:
+        if (
+            primary is not None
+            and attempt.provider == primary.name
+            and attempt.outcome != AttemptOutcome.OK
+            # a hedge's loser has no error class; a stuck call moved on has (`stuck`)
+            and (attempt.outcome != AttemptOutcome.CANCELLED or attempt.error_class)
+        ):
+            return f"primary_{attempt.error_class}"
+    if any(a.outcome == AttemptOutcome.CANCELLED for a in attempts):
+        return "hedged"
+    return "all_providers_failed" if attempts else ""
+
+
+def _answered(
+    walk: Walk, result: AttemptResult, attempts: list[Attempt], forced_reason: str
+) -> RouteResult:
+    primary = walk.snapshot.primary
+    name = result.attempt.provider
+    is_primary = primary is not None and name == primary.name
+    reason = forced_reason or ("" if is_primary else _reason_from(walk.snapshot, attempts))
+    if (walk.request.prefer == name or name in dict(walk.request.group)) and not forced_reason:
+        reason = "" if is_primary else "requested_by_name"
+    routed = RouteResult(
+        text="",
+        tier=Tier.PRIMARY if is_primary else Tier.SECONDARY,
+        provider=name,
+        reason=reason,
+        attempts=attempts,
+        events=walk.events,
+    )
+    if result.stream is not None:
+        assert result.ticket is not None
+        first = result.stream.first
+        routed.text = first if isinstance(first, str) else ""
+        routed.stream = result.stream
+        routed.pending = PendingStream(walk, result.ticket, result.attempt, result.stream)
+        return routed
+    completion = result.completion
+    assert completion is not None
+    routed.text = completion.text
+    routed.tool_calls = completion.tool_calls
+    routed.embeddings = completion.embeddings
+    routed.reasoning = completion.reasoning
+    routed.finish_reason = finish_reason(completion.finish_reason)
+    routed.tokens_in, routed.tokens_out = completion.tokens_in, completion.tokens_out
+    routed.cost = result.cost
+    return routed
+
+
+def _client_error(
+    walk: Walk, error: ProviderError, provider: ProviderConfig, attempts: list[Attempt]
+) -> RouteResult:
+    """A provider's 400 goes back as one, in the gateway's words only: an upstream's text is
+    for the operator (the call record's attempts), never for the caller, who gets the request
+    id to ask about."""
+    status = error.status if error.status in (400, 422) else 400
+    return RouteResult(
+        text="",
+        tier=Tier.NONE,
+        status=status,
+        reason="client_error",
+        error={
+            "code": "invalid_request",
+            "message": "The provider rejected the request as invalid; its reason is in the "
+            f"gateway's call record for request {walk.request.request_id}.",
+            "provider": provider.name,
+        },
+        attempts=attempts,
+        events=walk.events,
+    )
+
+
+def _what(completion: CompletionRequest) -> str:
+    if completion.embed:
+        return "an embedding."
+    return "a tool call." if completion.uses_tools else "a structured (JSON) answer."
+
+
+def _cached(
+    walk: Walk, hit: CachedAnswer, attempts: list[Attempt], reason: str, *, fallback: bool
+) -> RouteResult:
+    return RouteResult(
+        text=hit.text,
+        tier=Tier.CACHE,
+        is_fallback=fallback,
+        degradation_notice=CACHED_NOTICE if fallback else None,
+        reason=reason,
+        cache_hit=True,
+        cached_age_s=hit.age_s(walk.ports.clock.wall()),
+        attempts=attempts,
+        events=walk.events,
+    )
+
+
+def _none_can(walk: Walk, attempts: list[Attempt]) -> RouteResult:
+    """Every provider was passed over for what the request asks (tools, JSON, a parameter its
+    dialect refuses, a conversation longer than its context window): the caller's request,
+    not an outage, so a 400 that names the parameter."""
+    if any(a.error_class == TOO_SMALL for a in attempts):
+        needed = context_needed(walk.request.completion)
+        largest = max(p.context_window for p in walk.snapshot.providers)
+        error = {
+            "code": "context_length_exceeded",
+            "message": f"The conversation and the answer asked for need about {needed} tokens; "
+            f"the largest context window here is {largest}.",
+            "param": "messages",
+        }
+    else:
+        parameter = attempts[0].detail.partition(": ")[0]
+        reasons = "; ".join(f"{a.provider}: {a.detail.partition(': ')[2]}" for a in attempts)
+        error = {
+            "code": "unsupported_by_providers",
+            "message": f"No provider here can take '{parameter}' ({reasons}).",
+            "param": parameter,
+        }
+    return RouteResult(
+        text="",
+        tier=Tier.NONE,
+        status=400,
+        reason=str(error["code"]),
+        error=error,
+        attempts=attempts,
+        events=walk.events,
+    )
+
+
+def _unavailable(walk: Walk, attempts: list[Attempt], reason: str, why: str) -> RouteResult:
+    """The 503 of a request nothing may answer, with when a retry may find a provider."""
+    return RouteResult(
+        text="",
+        tier=Tier.NONE,
+        status=503,
+        reason=reason,
+        error={"code": "providers_unavailable", "message": f"No provider could answer, and {why}"},
+        retry_after_s=walk.retry_after_s(),
+        attempts=attempts,
+        events=walk.events,
+    )
+
+
+async def _fallback(
+    walk: Walk, attempts: list[Attempt], reason: str, *, cache: bool
+) -> RouteResult:
+    """No provider answered: the cached answer, the static answer, or the apology, each only
+    if the client app takes it as a stand-in. A request whose answer must be a tool call or
+    JSON gets neither of the last two: no prepared text can stand in for it. Either way the
+    alternative is a 503 the client can retry."""
+    stand_ins = walk.request.stand_ins
+    if cache and StandIn.CACHED in stand_ins:
+        hit = await cache_read(walk.ports.store, walk.cache_key)
+        if hit is not None:
+            return _cached(walk, hit, attempts, reason, fallback=True)
+    completion = walk.request.completion
+    if completion.embed or completion.uses_tools or completion.output is not None:
+        why = "no prepared answer can stand in for " + _what(completion)
+        return _unavailable(walk, attempts, reason, why)
+    policy = walk.policy
+    prompt = walk.request.completion.prompt
+    match = (
+        walk.snapshot.faq.match(prompt, threshold=policy.static_match_threshold)
+        if StandIn.STATIC in stand_ins
+        else None
+    )
+    if match is not None:
+        return RouteResult(
+            text=match.entry.answer,
+            tier=Tier.STATIC,
+            is_fallback=True,
+            degradation_notice=STATIC_NOTICE,
+            reason=reason,
+            static_answer_id=match.entry.answer_id,
+            attempts=attempts,
+            events=walk.events,
+        )
+    if StandIn.DEGRADED not in stand_ins:
+        return _unavailable(walk, attempts, reason, "no stand-in this client app takes is at hand.")
+    return RouteResult(
+        text=policy.degradation_message,
+        tier=Tier.DEGRADED,
+        is_fallback=True,
+        degradation_notice=DEGRADED_NOTICE,
+        reason=reason,
+        attempts=attempts,
+        events=walk.events,
+    )

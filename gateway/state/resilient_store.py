@@ -1,0 +1,266 @@
+"""Redis while it answers, this process's memory while it doesn't: routing never stops for a
+Redis outage, and the outage and the recovery are logged once each."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from typing import Any
+
+import redis
+
+from gateway.engine.breaker import BreakerState, Mode
+from gateway.engine.budgets import Hold
+from gateway.engine.health import HealthState
+from gateway.engine.rate import Limits, RateKeys
+from gateway.state.contract import (
+    CacheWrite,
+    HoldRelease,
+    Recorded,
+    Reserved,
+    Sample,
+    SpendIncrement,
+    StandingTake,
+    StateStore,
+    StatusRead,
+    Windows,
+)
+from gateway.state.memory_store import MemoryStore
+from gateway.state.redis_store import RedisStore
+
+logger = logging.getLogger(__name__)
+
+
+# Connection failures, timeouts and a Redis that answers with an error all mean the same here.
+REDIS_ERRORS = (redis.RedisError, OSError, asyncio.TimeoutError)
+
+
+class ResilientStore(StateStore):
+    """Redis while it answers; this process's memory while it doesn't, retried every second.
+
+    Routing never fails because of Redis: a breaker decision made on local state is better than
+    a 5xx. The outage and the recovery are logged once each, and `/readyz` reports it.
+    """
+
+    backend = "redis"
+    RETRY_AFTER_S = 1.0
+
+    def __init__(self, primary: RedisStore, fallback: MemoryStore | None = None) -> None:
+        self.primary = primary
+        self.fallback = fallback or MemoryStore()
+        self._down_since: float | None = None
+        self._retry_at = 0.0
+        self._last_error = ""
+        # A change committed while Redis was down: the other processes learn of it once it's back.
+        self._bump_pending = False
+
+    def health(self) -> dict[str, Any]:
+        if self._down_since is None:
+            return {"backend": "redis", "ok": True}
+        return {
+            "backend": "redis",
+            "ok": False,
+            "routing_on": "local state",
+            "since": self._down_since,
+            "error": self._last_error,
+        }
+
+    async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        now = time.monotonic()
+        if self._down_since is None or now >= self._retry_at:
+            self._retry_at = now + self.RETRY_AFTER_S  # one request retries a stalled Redis
+            try:
+                result = await getattr(self.primary, method)(*args, **kwargs)
+                if self._bump_pending:
+                    await self.primary.bump_config_version_async()
+                    self._bump_pending = False
+            except REDIS_ERRORS as exc:
+                self._went_down(exc, now)
+            else:
+                if self._down_since is not None:
+                    logger.warning("Redis is back: shared state restored")
+                    self._down_since = None
+                return result
+        return await getattr(self.fallback, method)(*args, **kwargs)
+
+    def _went_down(self, exc: BaseException, now: float) -> None:
+        self._retry_at = now + self.RETRY_AFTER_S
+        self._last_error = f"{type(exc).__name__}: {exc}"
+        if self._down_since is None:
+            self._down_since = time.time()
+            logger.error(
+                "Redis unreachable (%s): routing on this process's local state until it is back",
+                self._last_error,
+            )
+
+    async def read(
+        self, name: str, spend_keys: Iterable[str] = ()
+    ) -> tuple[BreakerState, dict[str, float]]:
+        result: tuple[BreakerState, dict[str, float]] = await self._call(
+            "read", name, tuple(spend_keys)
+        )
+        return result
+
+    async def record(
+        self,
+        name: str,
+        sample: Sample,
+        *,
+        now: float,
+        windows: Windows,
+        want_stats: bool,
+        probe_version: int | None = None,
+        spend: tuple[SpendIncrement, ...] = (),
+        cache: CacheWrite | None = None,
+        read_spend: Iterable[str] = (),
+        release: HoldRelease | None = None,
+        standing: StandingTake | None = None,
+    ) -> Recorded:
+        result: Recorded = await self._call(
+            "record",
+            name,
+            sample,
+            now=now,
+            windows=windows,
+            want_stats=want_stats,
+            probe_version=probe_version,
+            spend=spend,
+            cache=cache,
+            read_spend=tuple(read_spend),  # a generator would be spent by a failed first try
+            release=release,
+            standing=standing,
+        )
+        if self._down_since is not None and result.standing_taken:
+            # Taken in this process's memory, not in Redis: a call that claimed it once Redis
+            # is back would run on room nobody else sees held.
+            result = replace(result, standing_taken=False)
+        return result
+
+    async def transition(self, name: str, expected_version: int, new: BreakerState) -> bool:
+        return bool(await self._call("transition", name, expected_version, new))
+
+    async def acquire_probe(
+        self, name: str, version: int, limit: int, now: float | None = None
+    ) -> bool:
+        return bool(await self._call("acquire_probe", name, version, limit, now))
+
+    async def release_probe(self, name: str, version: int) -> None:
+        await self._call("release_probe", name, version)
+
+    async def set_mode(self, name: str, mode: Mode) -> BreakerState:
+        result: BreakerState = await self._call("set_mode", name, mode)
+        return result
+
+    async def status_read(
+        self,
+        names: Sequence[str],
+        *,
+        windows: Windows,
+        now: float,
+        spend_keys: Iterable[str] = (),
+    ) -> StatusRead:
+        result: StatusRead = await self._call(
+            "status_read", tuple(names), windows=windows, now=now, spend_keys=tuple(spend_keys)
+        )
+        return result
+
+    async def seed_spend(self, key: str, amount: float, ttl_s: int) -> None:
+        await self._call("seed_spend", key, amount, ttl_s)
+
+    async def reserve(
+        self, holder: str, holds: Sequence[Hold], *, now: float, life_s: float
+    ) -> Reserved:
+        result: Reserved = await self._call("reserve", holder, tuple(holds), now=now, life_s=life_s)
+        return result
+
+    async def release(self, holder: str, keys: Iterable[str]) -> None:
+        await self._call("release", holder, tuple(keys))
+
+    async def holds_read(self, keys: Iterable[str], *, now: float) -> dict[str, tuple[int, float]]:
+        result: dict[str, tuple[int, float]] = await self._call("holds_read", tuple(keys), now=now)
+        return result
+
+    async def rate_take(
+        self,
+        keys: RateKeys,
+        limits: Limits,
+        *,
+        ttl_s: int,
+        check: bool = True,
+        pending: int = 0,
+    ) -> tuple[bool, dict[str, float]]:
+        result: tuple[bool, dict[str, float]] = await self._call(
+            "rate_take", keys, limits, ttl_s=ttl_s, check=check, pending=pending
+        )
+        return result
+
+    async def cache_get(self, key: str) -> str | None:
+        value: str | None = await self._call("cache_get", key)
+        return value
+
+    async def cache_put(self, key: str, value: str, ttl_s: int) -> None:
+        await self._call("cache_put", key, value, ttl_s)
+
+    async def health_record(
+        self,
+        name: str,
+        ok: bool,
+        *,
+        now: float,
+        window: int,
+        degraded_after: int,
+        down_after_s: float,
+        detail: str = "",
+        ttl_s: float | None = None,
+        loading_grace_s: float = 0.0,
+    ) -> HealthState:
+        result: HealthState = await self._call(
+            "health_record",
+            name,
+            ok,
+            now=now,
+            window=window,
+            degraded_after=degraded_after,
+            down_after_s=down_after_s,
+            detail=detail,
+            ttl_s=ttl_s,
+            loading_grace_s=loading_grace_s,
+        )
+        return result
+
+    async def health_read(self, names: Iterable[str]) -> dict[str, HealthState]:
+        result: dict[str, HealthState] = await self._call("health_read", tuple(names))
+        return result
+
+    async def try_lock(self, key: str, ttl_s: float) -> bool:
+        # While Redis is down each process takes its own: a check per process beats none.
+        return bool(await self._call("try_lock", key, ttl_s))
+
+    async def sentinel_mark_run(self, at: float) -> None:
+        await self._call("sentinel_mark_run", at)
+
+    async def sentinel_last_run(self) -> float | None:
+        value: float | None = await self._call("sentinel_last_run")
+        return value
+
+    async def config_version(self) -> int:
+        return int(await self._call("config_version"))
+
+    async def aclose(self) -> None:
+        await self.primary.aclose()
+
+    def bump_config_version(self) -> int:
+        try:
+            return self.primary.bump_config_version()
+        except REDIS_ERRORS as exc:
+            if not self._bump_pending:
+                logger.error(
+                    "Redis unreachable for the config version (%s): the other processes get "
+                    "this change once it is back",
+                    exc,
+                )
+            self._bump_pending = True
+            return self.fallback.bump_config_version()
