@@ -1,40 +1,71 @@
-"""The API's middleware chain (`settings.API_MIDDLEWARE`), built as Django builds `MIDDLEWARE`
-but kept on the event loop.
+"""The API's request path: its middleware chain (`settings.API_MIDDLEWARE`) around the URL
+resolver and the view, kept on the event loop and built only from Django's documented pieces
+(the middleware factory protocol and its hooks, `MiddlewareMixin`, `MiddlewareNotUsed`,
+`import_string`, `django.urls.resolve`).
 
 Under an async handler Django runs a `MiddlewareMixin` middleware (SecurityMiddleware, and most
 of Django's own) by sending its `process_request` and its `process_response` each to a thread:
 two thread hops a request for each one, all onto one shared thread when, as on the API, no
 request context keeps them apart. The API's middlewares do no blocking I/O (the ORM would raise
 `SynchronousOnlyOperation` on the loop), so here their hooks are called on the loop directly. A
-natively async middleware (django-cors-headers') is used as it is; one that can only run sync
-is refused at start-up.
+natively async middleware (django-cors-headers') is used as it is; one that can only run sync,
+or that would render templates, is refused at start-up.
+
+An exception raised in a middleware or the view becomes the endpoint's own JSON answer where it
+was raised (`errors`), as Django turns one into a response at each layer: 404, 403 and 400 for
+Django's own `Http404`, `PermissionDenied` and `BadRequest`/`SuspiciousOperation`, a logged 500
+for anything else.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, cast
+from dataclasses import dataclass, field
+from typing import Any
 
-from asgiref.sync import iscoroutinefunction
-from django.core.exceptions import ImproperlyConfigured, MiddlewareNotUsed
-from django.core.handlers.base import BaseHandler
-from django.core.handlers.exception import convert_exception_to_response
-from django.http import HttpRequest, HttpResponseBase
+from asgiref.sync import iscoroutinefunction, sync_to_async
+from django.core.exceptions import (
+    BadRequest,
+    ImproperlyConfigured,
+    MiddlewareNotUsed,
+    PermissionDenied,
+    SuspiciousOperation,
+)
+from django.core.signals import got_request_exception
+from django.http import Http404, HttpRequest, HttpResponseBase
+from django.urls import resolve
 from django.utils.deprecation import MiddlewareMixin
 from django.utils.module_loading import import_string
 
+logger = logging.getLogger("django.request")
+_LOGGED = "api_answer_logged"  # set on an answer once it is logged
+
 Handler = Callable[[HttpRequest], Awaitable[HttpResponseBase]]
+# The endpoint's error answer: (request, HTTP status, error code, message) → response.
+Errors = Callable[[HttpRequest, int, str, str], HttpResponseBase]
+ViewHook = Callable[..., Awaitable[HttpResponseBase | None]]
+ExceptionHook = Callable[[HttpRequest, Exception], Awaitable[HttpResponseBase | None]]
 
 
-def api_middleware_load(
-    *, handler: BaseHandler, get_response: Handler, paths: Sequence[str]
+@dataclass
+class _Hooks:
+    """The middlewares' view and exception hooks, in the order Django calls them."""
+
+    view: list[ViewHook] = field(default_factory=list)
+    exception: list[ExceptionHook] = field(default_factory=list)
+
+
+def api_chain(
+    *, paths: Sequence[str], inner: Callable[[Handler], Handler], errors: Errors
 ) -> Handler:
-    """The chain of `paths` around `get_response`, the first path outermost, as
-    `BaseHandler.load_middleware` builds it; the middlewares' view, template-response and
-    exception hooks go into `handler`'s lists, where its `_get_response_async` calls them."""
-    chain = get_response
-    for path in reversed(paths):
-        middleware = import_string(path)
+    """The chain of `paths`, the first path outermost, around `inner(view)`, where the view
+    resolves the request's path and calls its view function (with the middlewares' view hooks
+    before it and their exception hooks on its failure)."""
+    hooks = _Hooks()
+    middlewares: list[tuple[str, Any]] = [(path, import_string(path)) for path in paths]
+    chain = _answering(inner(_answering(_resolving(hooks), errors)), errors)
+    for path, middleware in reversed(middlewares):
         if not getattr(middleware, "async_capable", False):
             raise ImproperlyConfigured(
                 f"API_MIDDLEWARE: {path} is not async-capable, and the API's requests stay on "
@@ -46,6 +77,11 @@ def api_middleware_load(
             continue
         if instance is None:
             raise ImproperlyConfigured(f"API_MIDDLEWARE: {path} returned None.")
+        if hasattr(instance, "process_template_response"):
+            raise ImproperlyConfigured(
+                f"API_MIDDLEWARE: {path} has process_template_response; the API renders no "
+                "templates."
+            )
         if _hooks_only(instance):
             layer = _on_the_loop(instance, chain)
         elif iscoroutinefunction(instance):
@@ -56,19 +92,81 @@ def api_middleware_load(
                 "coroutine function)."
             )
         if hasattr(instance, "process_view"):
-            handler._view_middleware.insert(0, _awaitable(instance.process_view))  # type: ignore[attr-defined]
-        if hasattr(instance, "process_template_response"):
-            handler._template_response_middleware.append(  # type: ignore[attr-defined]
-                _awaitable(instance.process_template_response)
-            )
+            hooks.view.insert(0, _awaitable(instance.process_view))
         if hasattr(instance, "process_exception"):
-            # Django runs the exception hooks synchronously (in a thread, on the error path
-            # only), as it does for MIDDLEWARE.
-            handler._exception_middleware.append(  # type: ignore[attr-defined]
-                handler.adapt_method_mode(False, instance.process_exception)
-            )
-        chain = cast(Handler, convert_exception_to_response(layer))
+            # Run as Django runs them: synchronously, in a thread (on the error path only).
+            hooks.exception.append(sync_to_async(instance.process_exception))
+        chain = _answering(layer, errors)
     return chain
+
+
+def _resolving(hooks: _Hooks) -> Handler:
+    async def view(request: HttpRequest) -> HttpResponseBase:
+        match = resolve(request.path_info, urlconf=getattr(request, "urlconf", None))
+        request.resolver_match = match
+        for hook in hooks.view:
+            response = await hook(request, match.func, match.args, match.kwargs)
+            if response is not None:
+                return response
+        function = match.func
+        if not iscoroutinefunction(function):
+            function = sync_to_async(function)
+        try:
+            response = await function(request, *match.args, **match.kwargs)
+        except Exception as exc:
+            for hook in hooks.exception:
+                answer = await hook(request, exc)
+                if answer is not None:
+                    return answer
+            raise
+        if response is None:
+            raise ValueError(f"The view {match.view_name or match.func!r} returned None.")
+        return response
+
+    return view
+
+
+def _answering(layer: Handler, errors: Errors) -> Handler:
+    """`layer`, with an exception it raises turned into the endpoint's error answer."""
+
+    async def answering(request: HttpRequest) -> HttpResponseBase:
+        try:
+            return await layer(request)
+        except Exception as exc:
+            return _answer_for(request, exc, errors)
+
+    return answering
+
+
+def _answer_for(request: HttpRequest, exc: Exception, errors: Errors) -> HttpResponseBase:
+    if isinstance(exc, Http404):
+        return errors(request, 404, "not_found", "No such endpoint.")
+    if isinstance(exc, PermissionDenied):
+        return errors(request, 403, "forbidden", "Not allowed.")
+    if isinstance(exc, BadRequest | SuspiciousOperation):
+        return errors(request, 400, "bad_request", "The request could not be read.")
+    got_request_exception.send(sender=None, request=request)
+    answer = errors(request, 500, "internal_error", "The gateway failed to answer this request.")
+    log_answer(request, answer, exc)
+    return answer
+
+
+def log_answer(
+    request: HttpRequest, response: HttpResponseBase, exc: Exception | None = None
+) -> None:
+    """What Django logs of an answer of 400 or more, on `django.request`: a warning for a
+    refusal, an error (with its exception) for a failure; each answer once."""
+    if response.status_code < 400 or getattr(response, _LOGGED, False):
+        return
+    setattr(response, _LOGGED, True)
+    logger.log(
+        logging.ERROR if response.status_code >= 500 else logging.WARNING,
+        "%s: %s",
+        response.reason_phrase,
+        request.path.encode("unicode_escape").decode("ascii"),
+        exc_info=exc,
+        extra={"status_code": response.status_code, "request": request},
+    )
 
 
 def _hooks_only(instance: object) -> bool:

@@ -1,16 +1,20 @@
 """The API's own middleware (API_MIDDLEWARE): the security headers that fit an API, built from
 the setting as Django builds MIDDLEWARE, every hook run on the event loop; no HTTPS redirect
-for API clients, but a JSON refusal of plain HTTP when API_REQUIRE_HTTPS says so."""
+for API clients, but a JSON refusal of plain HTTP when API_REQUIRE_HTTPS says so; an exception
+in a view or a middleware answered in the endpoint's JSON shape, never Django's HTML page."""
 
 from __future__ import annotations
 
+import logging
 import threading
 
 import httpx
 import pytest
 from asgiref.sync import markcoroutinefunction
-from django.core.exceptions import ImproperlyConfigured
+from django.core.exceptions import ImproperlyConfigured, PermissionDenied
+from django.http import Http404, JsonResponse
 from django.test import override_settings
+from django.urls import path
 from django.utils.deprecation import MiddlewareMixin
 
 from edge.handlers import ApiHandler, CappedASGIHandler
@@ -65,6 +69,47 @@ class SyncOnly:
 
     def __call__(self, request):
         return self.get_response(request)
+
+
+class Refusing(MiddlewareMixin):
+    def process_request(self, request):
+        if request.path.endswith("/refused"):
+            raise PermissionDenied
+
+
+class ViewHook(MiddlewareMixin):
+    def process_view(self, request, view, args, kwargs):
+        calls.append(("view", view.__name__, threading.get_ident()))
+        if request.path.endswith("/hooked"):
+            return JsonResponse({"answered_by": "process_view"})
+        return None
+
+
+class Rendering(MiddlewareMixin):
+    def process_template_response(self, request, response):
+        return response
+
+
+async def boom(request):
+    raise RuntimeError("the view failed")
+
+
+async def missing(request):
+    raise Http404("nothing here")
+
+
+async def fine(request):
+    return JsonResponse({"ok": True})
+
+
+urlpatterns = [
+    path("api/boom", boom),
+    path("v1/boom", boom),
+    path("api/missing", missing),
+    path("api/hooked", fine),
+    path("api/fine", fine),
+    path("api/refused", fine),
+]
 
 
 @pytest.fixture(autouse=True)
@@ -168,5 +213,53 @@ def test_a_middleware_that_can_only_run_sync_is_refused_at_start_up():
     with (
         override_settings(API_MIDDLEWARE=[f"{HERE}.SyncOnly"]),
         pytest.raises(ImproperlyConfigured, match="not async-capable"),
+    ):
+        ApiHandler()
+
+
+@override_settings(ROOT_URLCONF=HERE)
+async def test_a_failing_view_is_a_logged_500_in_each_endpoints_shape(caplog):
+    with caplog.at_level(logging.ERROR, logger="django.request"):
+        api = await _get(ApiHandler(), "http://localhost/api/boom")
+        openai = await _get(ApiHandler(), "http://localhost/v1/boom")
+    assert api.status_code == openai.status_code == 500
+    assert api.json()["error"]["code"] == "internal_error"
+    assert openai.json()["error"]["code"] == "internal_error"
+    assert api.headers["content-security-policy"] == "default-src 'none'; frame-ancestors 'none'"
+    assert api.headers["x-content-type-options"] == "nosniff"
+    logged = [r for r in caplog.records if r.name == "django.request"]
+    assert [r.getMessage() for r in logged] == [
+        "Internal Server Error: /api/boom",
+        "Internal Server Error: /v1/boom",
+    ]
+    assert all(r.exc_info and r.exc_info[0] is RuntimeError for r in logged)
+
+
+@override_settings(ROOT_URLCONF=HERE, API_MIDDLEWARE=[SECURITY, f"{HERE}.Refusing"])
+async def test_django_refusals_raised_anywhere_keep_their_status_as_json():
+    missing = await _get(ApiHandler(), "http://localhost/api/missing")
+    assert missing.status_code == 404
+    assert missing.json()["error"]["code"] == "not_found"
+    refused = await _get(ApiHandler(), "http://localhost/api/refused")
+    assert refused.status_code == 403
+    assert refused.json()["error"]["code"] == "forbidden"
+    assert refused.headers["x-content-type-options"] == "nosniff"  # the outer layers still ran
+
+
+@override_settings(ROOT_URLCONF=HERE, API_MIDDLEWARE=[f"{HERE}.ViewHook", SECURITY])
+async def test_a_view_hook_runs_on_the_loop_before_the_view_and_may_answer_for_it():
+    assert (await _get(ApiHandler(), "http://localhost/api/fine")).json() == {"ok": True}
+    hooked = await _get(ApiHandler(), "http://localhost/api/hooked")
+    assert hooked.json() == {"answered_by": "process_view"}
+    assert calls == [
+        ("view", "fine", threading.get_ident()),
+        ("view", "fine", threading.get_ident()),
+    ]
+
+
+def test_a_middleware_that_renders_templates_is_refused_at_start_up():
+    with (
+        override_settings(API_MIDDLEWARE=[f"{HERE}.Rendering"]),
+        pytest.raises(ImproperlyConfigured, match="renders no templates"),
     ):
         ApiHandler()
