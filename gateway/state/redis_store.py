@@ -44,6 +44,7 @@ from gateway.state.contract import (
     WindowSummary,
     summarize,
 )
+from gateway.state.redis_connection import Connection
 
 logger = logging.getLogger(__name__)
 
@@ -58,46 +59,34 @@ class RedisStore(StateStore):
         self.url = url
         self.socket_timeout_s = SOCKET_TIMEOUT_S if socket_timeout_s is None else socket_timeout_s
         # An asyncio client belongs to the event loop it was made on: one per loop.
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Connection] = (
             weakref.WeakKeyDictionary()
         )
         self._sync_client: redis.Redis | None = None
 
-    def _client(self) -> Any:
+    def _client(self) -> Connection:
         loop = asyncio.get_running_loop()
-        entry = self._clients.get(loop)
-        if entry is None:
+        connection = self._clients.get(loop)
+        if connection is None:
             client = aioredis.Redis.from_url(
                 self.url,
                 decode_responses=True,
                 socket_connect_timeout=self.socket_timeout_s,
                 socket_timeout=self.socket_timeout_s,
             )
-            entry = self._clients[loop] = (
-                client,
-                client.register_script(scripts.RECORD),
-                client.register_script(scripts.TRANSITION),
-                client.register_script(scripts.ACQUIRE_PROBE),
-                client.register_script(scripts.SET_MODE),
-                client.register_script(scripts.SEED_SPEND),
-                client.register_script(scripts.RELEASE_PROBE),
-                client.register_script(scripts.HEALTH_RECORD),
-                client.register_script(scripts.RATE_TAKE),
-                client.register_script(scripts.RESERVE),
-                client.register_script(scripts.HOLDS_READ),
-            )
-        return entry
+            connection = self._clients[loop] = Connection.on(client)
+        return connection
 
     async def aclose(self) -> None:
         loop = asyncio.get_running_loop()
-        entry = self._clients.pop(loop, None)
-        if entry is not None:
-            await entry[0].aclose()
+        connection = self._clients.pop(loop, None)
+        if connection is not None:
+            await connection.redis.aclose()
 
     async def read(
         self, name: str, spend_keys: Iterable[str] = ()
     ) -> tuple[BreakerState, dict[str, float]]:
-        client = self._client()[0]
+        client = self._client().redis
         spend_keys = tuple(spend_keys)  # iterated twice below: a generator would come back empty
         keys = [f"fo:{key}" for key in spend_keys]
         async with client.pipeline(transaction=False) as pipe:
@@ -175,7 +164,7 @@ class RedisStore(StateStore):
                 keys += [f"fo:{hold.key}", *scripts.hold_keys(hold.key)]
         if cache is not None:
             keys.append(f"fo:{cache.key}")
-        raw_state, raw_stats, raw_spent, status, taken = await self._client()[1](
+        raw_state, raw_stats, raw_spent, status, taken = await self._client().record(
             keys=keys, args=args
         )
         stats = WindowStats(*(int(v) for v in raw_stats)) if raw_stats else None
@@ -191,7 +180,7 @@ class RedisStore(StateStore):
 
     async def transition(self, name: str, expected_version: int, new: BreakerState) -> bool:
         new_pairs = scripts.state_to_pairs(_with_version(new, expected_version + 1))
-        moved = await self._client()[2](
+        moved = await self._client().transition(
             keys=[scripts.breaker_key(name)], args=[expected_version, *new_pairs]
         )
         return bool(moved)
@@ -200,13 +189,13 @@ class RedisStore(StateStore):
         self, name: str, version: int, limit: int, now: float | None = None
     ) -> bool:
         args = [version, limit, "" if now is None else repr(now)]
-        return bool(await self._client()[3](keys=[scripts.breaker_key(name)], args=args))
+        return bool(await self._client().acquire_probe(keys=[scripts.breaker_key(name)], args=args))
 
     async def release_probe(self, name: str, version: int) -> None:
-        await self._client()[6](keys=[scripts.breaker_key(name)], args=[version])
+        await self._client().release_probe(keys=[scripts.breaker_key(name)], args=[version])
 
     async def set_mode(self, name: str, mode: Mode) -> BreakerState:
-        version = await self._client()[4](keys=[scripts.breaker_key(name)], args=[mode.value])
+        version = await self._client().set_mode(keys=[scripts.breaker_key(name)], args=[mode.value])
         return BreakerState(mode=mode, version=int(version))
 
     async def status_read(
@@ -222,7 +211,7 @@ class RedisStore(StateStore):
         names, spend_keys = tuple(names), tuple(spend_keys)
         index = windows.bucket(now)
         span = windows.buckets_in(max(windows.failure_window_s, windows.p95_window_s))
-        async with self._client()[0].pipeline(transaction=False) as pipe:
+        async with self._client().redis.pipeline(transaction=False) as pipe:
             for name in names:
                 pipe.hgetall(scripts.breaker_key(name))
                 pipe.hget(scripts.health_key(name), "status")
@@ -248,7 +237,7 @@ class RedisStore(StateStore):
         return StatusRead(breakers, summaries, spent)
 
     async def seed_spend(self, key: str, amount: float, ttl_s: int) -> None:
-        await self._client()[5](keys=[f"fo:{key}"], args=[repr(amount), ttl_s])
+        await self._client().seed_spend(keys=[f"fo:{key}"], args=[repr(amount), ttl_s])
 
     async def reserve(
         self, holder: str, holds: Sequence[Hold], *, now: float, life_s: float
@@ -261,7 +250,7 @@ class RedisStore(StateStore):
             keys += [f"fo:{hold.key}", *scripts.hold_keys(hold.key)]
             ttl = max(hold.ttl_s, math.ceil(life_s) + 60)
             args += [repr(hold.amount), repr(hold.limit), repr(min(hold.level, 1e300)), ttl]
-        refusal, spent, held = await self._client()[9](keys=keys, args=args)
+        refusal, spent, held = await self._client().reserve(keys=keys, args=args)
         names = [hold.key for hold in holds]
         return Reserved(
             refusal,
@@ -270,7 +259,7 @@ class RedisStore(StateStore):
         )
 
     async def release(self, holder: str, keys: Iterable[str]) -> None:
-        async with self._client()[0].pipeline(transaction=False) as pipe:
+        async with self._client().redis.pipeline(transaction=False) as pipe:
             for counter in keys:
                 holds, expiries = scripts.hold_keys(counter)
                 pipe.hdel(holds, holder)
@@ -282,7 +271,7 @@ class RedisStore(StateStore):
         if not names:
             return {}
         redis_keys = [key for counter in names for key in scripts.hold_keys(counter)]
-        rows = await self._client()[10](keys=redis_keys)
+        rows = await self._client().holds_read(keys=redis_keys)
         return {
             counter: (int(count), float(total))
             for counter, (count, total) in zip(names, rows, strict=True)
@@ -297,7 +286,7 @@ class RedisStore(StateStore):
         check: bool = True,
         pending: int = 0,
     ) -> tuple[bool, dict[str, float]]:
-        ok, *values = await self._client()[8](
+        ok, *values = await self._client().rate_take(
             keys=[f"fo:{key}" for key in keys.all],
             args=[
                 repr(keys.weight),
@@ -311,12 +300,12 @@ class RedisStore(StateStore):
         return bool(ok), {key: float(value) for key, value in zip(keys.all, values, strict=True)}
 
     async def cache_get(self, key: str) -> str | None:
-        value: str | None = await self._client()[0].get(f"fo:{key}")
+        value: str | None = await self._client().redis.get(f"fo:{key}")
         return value
 
     async def cache_put(self, key: str, value: str, ttl_s: int) -> None:
         if ttl_s >= 1:
-            await self._client()[0].set(f"fo:{key}", value, ex=ttl_s)
+            await self._client().redis.set(f"fo:{key}", value, ex=ttl_s)
 
     async def health_record(
         self,
@@ -341,12 +330,12 @@ class RedisStore(StateStore):
             0 if ttl_s is None else max(1, round(ttl_s * 1000)),
             repr(float(loading_grace_s)),
         ]
-        raw = await self._client()[7](keys=[scripts.health_key(name)], args=args)
+        raw = await self._client().health_record(keys=[scripts.health_key(name)], args=args)
         return scripts.health_from_hash(raw)
 
     async def health_read(self, names: Iterable[str]) -> dict[str, HealthState]:
         names = tuple(names)
-        client = self._client()[0]
+        client = self._client().redis
         async with client.pipeline(transaction=False) as pipe:
             for name in names:
                 pipe.hgetall(scripts.health_key(name))
@@ -354,23 +343,23 @@ class RedisStore(StateStore):
         return {name: scripts.health_from_hash(raw) for name, raw in zip(names, raws, strict=True)}
 
     async def try_lock(self, key: str, ttl_s: float) -> bool:
-        taken = await self._client()[0].set(
+        taken = await self._client().redis.set(
             f"fo:lock:{key}", "1", nx=True, px=max(1, round(ttl_s * 1000))
         )
         return bool(taken)
 
     async def sentinel_mark_run(self, at: float) -> None:
-        await self._client()[0].set(scripts.SENTINEL_LAST_RUN_KEY, repr(float(at)))
+        await self._client().redis.set(scripts.SENTINEL_LAST_RUN_KEY, repr(float(at)))
 
     async def sentinel_last_run(self) -> float | None:
-        value = await self._client()[0].get(scripts.SENTINEL_LAST_RUN_KEY)
+        value = await self._client().redis.get(scripts.SENTINEL_LAST_RUN_KEY)
         return None if value is None else float(value)
 
     async def config_version(self) -> int:
-        return int(await self._client()[0].get(scripts.VERSION_KEY) or 0)
+        return int(await self._client().redis.get(scripts.VERSION_KEY) or 0)
 
     async def bump_config_version_async(self) -> int:
-        return int(await self._client()[0].incr(scripts.VERSION_KEY))
+        return int(await self._client().redis.incr(scripts.VERSION_KEY))
 
     def bump_config_version(self) -> int:
         if self._sync_client is None:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 
@@ -32,6 +32,8 @@ from gateway.state.memory_store import MemoryStore
 from gateway.state.redis_store import RedisStore
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 # Connection failures, timeouts and a Redis that answers with an error all mean the same here.
@@ -68,12 +70,14 @@ class ResilientStore(StateStore):
             "error": self._last_error,
         }
 
-    async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+    async def _call(self, operation: Callable[[StateStore], Awaitable[T]]) -> T:
+        """`operation` on Redis while it answers (retried once a second while it doesn't),
+        on this process's memory otherwise."""
         now = time.monotonic()
         if self._down_since is None or now >= self._retry_at:
             self._retry_at = now + self.RETRY_AFTER_S  # one request retries a stalled Redis
             try:
-                result = await getattr(self.primary, method)(*args, **kwargs)
+                result = await operation(self.primary)
                 if self._bump_pending:
                     await self.primary.bump_config_version_async()
                     self._bump_pending = False
@@ -84,7 +88,7 @@ class ResilientStore(StateStore):
                     logger.warning("Redis is back: shared state restored")
                     self._down_since = None
                 return result
-        return await getattr(self.fallback, method)(*args, **kwargs)
+        return await operation(self.fallback)
 
     def _went_down(self, exc: BaseException, now: float) -> None:
         self._retry_at = now + self.RETRY_AFTER_S
@@ -99,10 +103,8 @@ class ResilientStore(StateStore):
     async def read(
         self, name: str, spend_keys: Iterable[str] = ()
     ) -> tuple[BreakerState, dict[str, float]]:
-        result: tuple[BreakerState, dict[str, float]] = await self._call(
-            "read", name, tuple(spend_keys)
-        )
-        return result
+        keys = tuple(spend_keys)  # a generator would be spent by a failed first try
+        return await self._call(lambda store: store.read(name, keys))
 
     async def record(
         self,
@@ -119,19 +121,21 @@ class ResilientStore(StateStore):
         release: HoldRelease | None = None,
         standing: StandingTake | None = None,
     ) -> Recorded:
-        result: Recorded = await self._call(
-            "record",
-            name,
-            sample,
-            now=now,
-            windows=windows,
-            want_stats=want_stats,
-            probe_version=probe_version,
-            spend=spend,
-            cache=cache,
-            read_spend=tuple(read_spend),  # a generator would be spent by a failed first try
-            release=release,
-            standing=standing,
+        spend_read = tuple(read_spend)
+        result = await self._call(
+            lambda store: store.record(
+                name,
+                sample,
+                now=now,
+                windows=windows,
+                want_stats=want_stats,
+                probe_version=probe_version,
+                spend=spend,
+                cache=cache,
+                read_spend=spend_read,
+                release=release,
+                standing=standing,
+            )
         )
         if self._down_since is not None and result.standing_taken:
             # Taken in this process's memory, not in Redis: a call that claimed it once Redis
@@ -140,19 +144,18 @@ class ResilientStore(StateStore):
         return result
 
     async def transition(self, name: str, expected_version: int, new: BreakerState) -> bool:
-        return bool(await self._call("transition", name, expected_version, new))
+        return await self._call(lambda store: store.transition(name, expected_version, new))
 
     async def acquire_probe(
         self, name: str, version: int, limit: int, now: float | None = None
     ) -> bool:
-        return bool(await self._call("acquire_probe", name, version, limit, now))
+        return await self._call(lambda store: store.acquire_probe(name, version, limit, now))
 
     async def release_probe(self, name: str, version: int) -> None:
-        await self._call("release_probe", name, version)
+        await self._call(lambda store: store.release_probe(name, version))
 
     async def set_mode(self, name: str, mode: Mode) -> BreakerState:
-        result: BreakerState = await self._call("set_mode", name, mode)
-        return result
+        return await self._call(lambda store: store.set_mode(name, mode))
 
     async def status_read(
         self,
@@ -162,26 +165,27 @@ class ResilientStore(StateStore):
         now: float,
         spend_keys: Iterable[str] = (),
     ) -> StatusRead:
-        result: StatusRead = await self._call(
-            "status_read", tuple(names), windows=windows, now=now, spend_keys=tuple(spend_keys)
+        listed, keys = tuple(names), tuple(spend_keys)
+        return await self._call(
+            lambda store: store.status_read(listed, windows=windows, now=now, spend_keys=keys)
         )
-        return result
 
     async def seed_spend(self, key: str, amount: float, ttl_s: int) -> None:
-        await self._call("seed_spend", key, amount, ttl_s)
+        await self._call(lambda store: store.seed_spend(key, amount, ttl_s))
 
     async def reserve(
         self, holder: str, holds: Sequence[Hold], *, now: float, life_s: float
     ) -> Reserved:
-        result: Reserved = await self._call("reserve", holder, tuple(holds), now=now, life_s=life_s)
-        return result
+        listed = tuple(holds)
+        return await self._call(lambda store: store.reserve(holder, listed, now=now, life_s=life_s))
 
     async def release(self, holder: str, keys: Iterable[str]) -> None:
-        await self._call("release", holder, tuple(keys))
+        listed = tuple(keys)
+        await self._call(lambda store: store.release(holder, listed))
 
     async def holds_read(self, keys: Iterable[str], *, now: float) -> dict[str, tuple[int, float]]:
-        result: dict[str, tuple[int, float]] = await self._call("holds_read", tuple(keys), now=now)
-        return result
+        listed = tuple(keys)
+        return await self._call(lambda store: store.holds_read(listed, now=now))
 
     async def rate_take(
         self,
@@ -192,17 +196,15 @@ class ResilientStore(StateStore):
         check: bool = True,
         pending: int = 0,
     ) -> tuple[bool, dict[str, float]]:
-        result: tuple[bool, dict[str, float]] = await self._call(
-            "rate_take", keys, limits, ttl_s=ttl_s, check=check, pending=pending
+        return await self._call(
+            lambda store: store.rate_take(keys, limits, ttl_s=ttl_s, check=check, pending=pending)
         )
-        return result
 
     async def cache_get(self, key: str) -> str | None:
-        value: str | None = await self._call("cache_get", key)
-        return value
+        return await self._call(lambda store: store.cache_get(key))
 
     async def cache_put(self, key: str, value: str, ttl_s: int) -> None:
-        await self._call("cache_put", key, value, ttl_s)
+        await self._call(lambda store: store.cache_put(key, value, ttl_s))
 
     async def health_record(
         self,
@@ -217,37 +219,36 @@ class ResilientStore(StateStore):
         ttl_s: float | None = None,
         loading_grace_s: float = 0.0,
     ) -> HealthState:
-        result: HealthState = await self._call(
-            "health_record",
-            name,
-            ok,
-            now=now,
-            window=window,
-            degraded_after=degraded_after,
-            down_after_s=down_after_s,
-            detail=detail,
-            ttl_s=ttl_s,
-            loading_grace_s=loading_grace_s,
+        return await self._call(
+            lambda store: store.health_record(
+                name,
+                ok,
+                now=now,
+                window=window,
+                degraded_after=degraded_after,
+                down_after_s=down_after_s,
+                detail=detail,
+                ttl_s=ttl_s,
+                loading_grace_s=loading_grace_s,
+            )
         )
-        return result
 
     async def health_read(self, names: Iterable[str]) -> dict[str, HealthState]:
-        result: dict[str, HealthState] = await self._call("health_read", tuple(names))
-        return result
+        listed = tuple(names)
+        return await self._call(lambda store: store.health_read(listed))
 
     async def try_lock(self, key: str, ttl_s: float) -> bool:
         # While Redis is down each process takes its own: a check per process beats none.
-        return bool(await self._call("try_lock", key, ttl_s))
+        return await self._call(lambda store: store.try_lock(key, ttl_s))
 
     async def sentinel_mark_run(self, at: float) -> None:
-        await self._call("sentinel_mark_run", at)
+        await self._call(lambda store: store.sentinel_mark_run(at))
 
     async def sentinel_last_run(self) -> float | None:
-        value: float | None = await self._call("sentinel_last_run")
-        return value
+        return await self._call(lambda store: store.sentinel_last_run())
 
     async def config_version(self) -> int:
-        return int(await self._call("config_version"))
+        return await self._call(lambda store: store.config_version())
 
     async def aclose(self) -> None:
         await self.primary.aclose()

@@ -228,7 +228,7 @@ async def test_an_answer_expired_in_redis_reads_none(redis_store, raw_redis):
 @pytest.mark.services
 async def test_redis_record_with_a_cache_write_takes_one_round_trip(redis_store, monkeypatch):
     await record(redis_store, sample=call())  # loads the script: later calls run it by sha
-    connection_class = redis_store._client()[0].connection_pool.connection_class
+    connection_class = redis_store._client().redis.connection_pool.connection_class
     sent: list[object] = []
     real_send = connection_class.send_packed_command
 

@@ -39,8 +39,8 @@ def flush_redis(url: str) -> None:
 
 
 async def close_redis_store(store: RedisStore) -> None:
-    for client, *_scripts in list(store._clients.values()):
-        await client.aclose()
+    for connection in list(store._clients.values()):
+        await connection.redis.aclose()
     if store._sync_client is not None:
         store._sync_client.close()
 
@@ -487,7 +487,7 @@ async def test_redis_keeps_the_verdict_only_for_its_ttl(redis_store):
 async def test_a_redis_read_with_the_verdict_is_still_one_round_trip(redis_store, monkeypatch):
     await checks(redis_store, "000")
     sent: list[str] = []
-    client = redis_store._client()[0]
+    client = redis_store._client().redis
     original_pipeline = client.pipeline
 
     def counting_pipeline(*args, **kwargs):
