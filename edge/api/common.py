@@ -24,7 +24,7 @@ from edge.api.access import Caller, Refusal, identify_or_find, permitted, rate_c
 from edge.api.validation import ApiError
 from gateway.adapters.messages import CompletionRequest
 from gateway.engine.clients import ALL_STAND_INS, StandIn
-from gateway.routing.cascade import RouteRequest, RouteResult, route
+from gateway.routing.cascade import RouteError, RouteRequest, RouteResult, route
 from gateway.routing.ports import Runtime
 from gateway.routing.rate_limits import RateTicket
 from gateway.routing.walk import Tier
@@ -166,7 +166,7 @@ async def caller_of(request: HttpRequest, gateway: Gateway) -> Caller | Refusal:
         record_call(gateway, unrouted, failed, 0)
         assert failed.error is not None
         return Refusal(
-            ApiError(failed.status, failed.error["code"], failed.error["message"]),
+            ApiError(failed.status, failed.error.code, failed.error.message),
             {"X-Request-Id": unrouted.request_id},
         )
     return await identify_or_find(request, snapshot, gateway.snapshots.client_find)
@@ -182,7 +182,7 @@ def _unroutable() -> RouteResult:
         tier=Tier.NONE,
         status=503,
         reason="gateway_error",
-        error={"code": "unavailable", "message": "The gateway can't route requests now."},
+        error=RouteError("unavailable", "The gateway can't route requests now."),
     )
 
 

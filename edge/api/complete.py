@@ -93,7 +93,7 @@ async def complete(request: HttpRequest) -> JsonResponse:
 
     headers = failover_headers(result, request_id)
     if result.error is not None:
-        body: dict[str, Any] = {"error": {**result.error, "request_id": request_id}}
+        body: dict[str, Any] = {"error": {**result.error.as_body(), "request_id": request_id}}
         return JsonResponse(body, status=result.status, headers=headers)
     return JsonResponse(
         {

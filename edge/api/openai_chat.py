@@ -132,9 +132,10 @@ class ChatFrames:
     def broken(self) -> bytes:
         return BROKEN
 
-    def closing(self) -> Iterable[bytes]:
+    def closing(self, result: RouteResult) -> Iterable[bytes]:
         shape = self.shape
-        yield shape.chunk({}, shape.result.finish_reason)
+        shape.result = result  # the stream's result as it ended: its finish and usage
+        yield shape.chunk({}, result.finish_reason)
         if shape.parsed.include_usage:
             yield shape.usage_chunk()
         yield DONE

@@ -46,9 +46,7 @@ def routed_error(result: RouteResult, headers: dict[str, str]) -> JsonResponse:
     """A routed request's error (`result.error`) in OpenAI's shape, with its headers."""
     assert result.error is not None
     error = result.error
-    response = openai_error(
-        ApiError(result.status, error["code"], error["message"], error.get("param"))
-    )
+    response = openai_error(ApiError(result.status, error.code, error.message, error.param or None))
     for name, value in headers.items():
         response[name] = value
     return response
@@ -60,7 +58,7 @@ class Frames(Protocol):
     def opening(self) -> Iterable[bytes]: ...
     def piece(self, piece: Piece) -> Iterable[bytes]: ...
     def broken(self) -> bytes: ...
-    def closing(self) -> Iterable[bytes]: ...
+    def closing(self, result: RouteResult) -> Iterable[bytes]: ...
 
 
 def first_pieces(result: RouteResult) -> list[Piece]:
@@ -98,16 +96,16 @@ async def relay(
                             yield event
             except ProviderError as exc:
                 error = exc
-            await finish_stream(result, error)
+            result = await finish_stream(result, error)
         client_gone = False
         if error is not None:
             yield frames.broken()
             return
-        for event in frames.closing():
+        for event in frames.closing(result):
             yield event
     finally:
         if client_gone and result.stream is not None:
-            await finish_stream(result, None, client_gone=True)
+            result = await finish_stream(result, None, client_gone=True)
         record_call(gateway, routed, result, ms_since(started))
 
 

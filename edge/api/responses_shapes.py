@@ -356,9 +356,10 @@ class ResponseEvents:
         events.append(self._of("output_text.delta", self.text_at, delta=piece, logprobs=[]))
         return events
 
-    def closing(self) -> list[bytes]:
+    def closing(self, result: RouteResult) -> list[bytes]:
         """Each item done, then response.completed (or response.incomplete, cut at the
-        token limit) with the whole response."""
+        token limit) with the whole response, as `result` (the stream's, as it ended) says."""
+        self.shape.result = result
         status = self.shape.status()
         events = []
         for at, item in enumerate(self.items):

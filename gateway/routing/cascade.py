@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
-from typing import Any
 
 from gateway.adapters.errors import ProviderError
 from gateway.adapters.messages import CompletionRequest, ToolCall, context_needed
@@ -45,7 +44,7 @@ from gateway.routing.walk import (
     Walk,
 )
 
-__all__ = ["Attempt", "RouteRequest", "RouteResult", "finish_stream", "route"]
+__all__ = ["Attempt", "RouteError", "RouteRequest", "RouteResult", "finish_stream", "route"]
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +59,27 @@ CACHED_NOTICE = (
 DEGRADED_NOTICE = "The assistant is unavailable right now."
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
+class RouteError:
+    """Why a routed request got no answer, in the gateway's words: `code` and `message` for
+    every caller, `param` the request's parameter at fault, `provider` the one that refused."""
+
+    code: str
+    message: str
+    param: str = ""
+    provider: str = ""
+
+    def as_body(self) -> dict[str, str]:
+        """The error object of the gateway's own endpoints: what is set, nothing empty."""
+        body = {"code": self.code, "message": self.message}
+        if self.param:
+            body["param"] = self.param
+        if self.provider:
+            body["provider"] = self.provider
+        return body
+
+
+@dataclass(frozen=True, slots=True)
 class RouteResult:
     text: str
     tier: Tier
@@ -80,11 +99,12 @@ class RouteResult:
     reasoning: str = ""
     tokens_estimated: bool = False  # a stream whose upstream sent no usage: counted by estimate
     embeddings: tuple[tuple[float, ...], ...] = ()  # an embedding request's vectors
-    error: dict[str, Any] | None = None
+    error: RouteError | None = None
     retry_after_s: int | None = None  # a 503's: when a retry may find a provider to ask
     store_prompt: bool = False  # the policy keeps prompts in the ledger
     # A streamed answer whose first token has arrived: the rest is read by the view, then
-    # `finish_stream` settles it. `interrupted` is set when it broke before its end.
+    # `finish_stream` settles it and gives the finished result (`interrupted`: it broke before
+    # its end).
     stream: CompletionStream | None = None
     interrupted: bool = False
     attempts: list[Attempt] = field(default_factory=list)
@@ -100,20 +120,26 @@ class RouteResult:
 
 async def finish_stream(
     result: RouteResult, error: ProviderError | None = None, *, client_gone: bool = False
-) -> None:
-    """Settle a streamed answer once it has ended (`PendingStream.finish`) and fill `result`
-    in with what it came to; nothing when it was settled already."""
-    pending, result.pending = result.pending, None
+) -> RouteResult:
+    """Settle a streamed answer once it has ended (`PendingStream.finish`): the result as it
+    came to be, or `result` itself when there was nothing (left) to settle."""
+    pending = result.pending
     end = await pending.finish(error, client_gone=client_gone) if pending is not None else None
     if end is None:
-        return
-    result.text, result.tool_calls, result.reasoning = end.text, end.tool_calls, end.reasoning
-    result.tokens_in, result.tokens_out, result.cost = end.tokens_in, end.tokens_out, end.cost
-    result.tokens_estimated = end.tokens_estimated
-    result.finish_reason = end.finish_reason
-    if end.interrupted_by:
-        result.interrupted = True
-        result.reason = end.interrupted_by
+        return result
+    return replace(
+        result,
+        text=end.text,
+        tool_calls=end.tool_calls,
+        reasoning=end.reasoning,
+        tokens_in=end.tokens_in,
+        tokens_out=end.tokens_out,
+        cost=end.cost,
+        tokens_estimated=end.tokens_estimated,
+        finish_reason=end.finish_reason,
+        interrupted=bool(end.interrupted_by),
+        reason=end.interrupted_by or result.reason,
+    )
 
 
 async def route(request: RouteRequest, runtime: Runtime) -> RouteResult:
@@ -125,8 +151,7 @@ async def route(request: RouteRequest, runtime: Runtime) -> RouteResult:
         raise
     if result.pending is None:  # a stream is counted when it is settled
         await rate_settle(runtime.ports, request.rate)
-    result.store_prompt = snapshot.policy.store_prompts
-    return result
+    return replace(result, store_prompt=snapshot.policy.store_prompts)
 
 
 async def _route(request: RouteRequest, snapshot: Snapshot, ports: Ports) -> RouteResult:
@@ -210,31 +235,37 @@ def _answered(
     reason = forced_reason or ("" if is_primary else _reason_from(walk.snapshot, attempts))
     if (walk.request.prefer == name or name in dict(walk.request.group)) and not forced_reason:
         reason = "" if is_primary else "requested_by_name"
-    routed = RouteResult(
-        text="",
-        tier=Tier.PRIMARY if is_primary else Tier.SECONDARY,
-        provider=name,
-        reason=reason,
-        attempts=attempts,
-        events=walk.events,
-    )
+    tier = Tier.PRIMARY if is_primary else Tier.SECONDARY
     if result.stream is not None:
         assert result.ticket is not None
         first = result.stream.first
-        routed.text = first if isinstance(first, str) else ""
-        routed.stream = result.stream
-        routed.pending = PendingStream(walk, result.ticket, result.attempt, result.stream)
-        return routed
+        return RouteResult(
+            text=first if isinstance(first, str) else "",
+            tier=tier,
+            provider=name,
+            reason=reason,
+            stream=result.stream,
+            pending=PendingStream(walk, result.ticket, result.attempt, result.stream),
+            attempts=attempts,
+            events=walk.events,
+        )
     completion = result.completion
     assert completion is not None
-    routed.text = completion.text
-    routed.tool_calls = completion.tool_calls
-    routed.embeddings = completion.embeddings
-    routed.reasoning = completion.reasoning
-    routed.finish_reason = finish_reason(completion.finish_reason)
-    routed.tokens_in, routed.tokens_out = completion.tokens_in, completion.tokens_out
-    routed.cost = result.cost
-    return routed
+    return RouteResult(
+        text=completion.text,
+        tier=tier,
+        provider=name,
+        reason=reason,
+        tool_calls=completion.tool_calls,
+        embeddings=completion.embeddings,
+        reasoning=completion.reasoning,
+        finish_reason=finish_reason(completion.finish_reason),
+        tokens_in=completion.tokens_in,
+        tokens_out=completion.tokens_out,
+        cost=result.cost,
+        attempts=attempts,
+        events=walk.events,
+    )
 
 
 def _client_error(
@@ -249,12 +280,12 @@ def _client_error(
         tier=Tier.NONE,
         status=status,
         reason="client_error",
-        error={
-            "code": "invalid_request",
-            "message": "The provider rejected the request as invalid; its reason is in the "
-            f"gateway's call record for request {walk.request.request_id}.",
-            "provider": provider.name,
-        },
+        error=RouteError(
+            "invalid_request",
+            "The provider rejected the request as invalid; its reason is in the gateway's call "
+            f"record for request {walk.request.request_id}.",
+            provider=provider.name,
+        ),
         attempts=attempts,
         events=walk.events,
     )
@@ -289,25 +320,25 @@ def _none_can(walk: Walk, attempts: list[Attempt]) -> RouteResult:
     if any(a.error_class == TOO_SMALL for a in attempts):
         needed = context_needed(walk.request.completion)
         largest = max(p.context_window for p in walk.snapshot.providers)
-        error = {
-            "code": "context_length_exceeded",
-            "message": f"The conversation and the answer asked for need about {needed} tokens; "
-            f"the largest context window here is {largest}.",
-            "param": "messages",
-        }
+        error = RouteError(
+            "context_length_exceeded",
+            f"The conversation and the answer asked for need about {needed} tokens; the "
+            f"largest context window here is {largest}.",
+            param="messages",
+        )
     else:
         parameter = attempts[0].detail.partition(": ")[0]
         reasons = "; ".join(f"{a.provider}: {a.detail.partition(': ')[2]}" for a in attempts)
-        error = {
-            "code": "unsupported_by_providers",
-            "message": f"No provider here can take '{parameter}' ({reasons}).",
-            "param": parameter,
-        }
+        error = RouteError(
+            "unsupported_by_providers",
+            f"No provider here can take '{parameter}' ({reasons}).",
+            param=parameter,
+        )
     return RouteResult(
         text="",
         tier=Tier.NONE,
         status=400,
-        reason=str(error["code"]),
+        reason=error.code,
         error=error,
         attempts=attempts,
         events=walk.events,
@@ -321,7 +352,7 @@ def _unavailable(walk: Walk, attempts: list[Attempt], reason: str, why: str) -> 
         tier=Tier.NONE,
         status=503,
         reason=reason,
-        error={"code": "providers_unavailable", "message": f"No provider could answer, and {why}"},
+        error=RouteError("providers_unavailable", f"No provider could answer, and {why}"),
         retry_after_s=walk.retry_after_s(),
         attempts=attempts,
         events=walk.events,

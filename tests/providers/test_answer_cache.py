@@ -323,7 +323,7 @@ async def test_a_whole_streamed_answer_is_cached_once_it_has_ended(api, gateway,
     assert result.provider == "ollama-local" and result.stream is not None
     assert await cached_text(gateway) is None  # not before its end
 
-    await finish_stream(result, await read_to_the_end(result))
+    result = await finish_stream(result, await read_to_the_end(result))
 
     assert await cached_text(gateway) == PRIMARY_TEXT
     assert result.outcome == "ok"
@@ -336,7 +336,7 @@ async def test_a_streamed_answer_cut_midway_is_not_cached(api, gateway, primary,
 
     error = await read_to_the_end(result)
     assert error is not None
-    await finish_stream(result, error)
+    result = await finish_stream(result, error)
 
     assert result.interrupted and result.outcome == "failed"
     assert await cached_text(gateway) is None
@@ -350,7 +350,7 @@ async def test_a_streamed_answer_the_client_abandoned_is_not_cached(api, gateway
     assert result.stream is not None
     await result.stream.aclose()
 
-    await finish_stream(result, None, client_gone=True)
+    result = await finish_stream(result, None, client_gone=True)
 
     assert result.reason == "client_disconnected"
     assert await cached_text(gateway) is None

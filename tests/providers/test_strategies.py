@@ -214,7 +214,7 @@ async def test_hedged_a_stream_slow_to_its_first_token_loses_to_the_next_provide
     result = await route(request, gateway)
     assert result.stream is not None
     rest = [piece async for piece in result.stream.rest()]
-    await finish_stream(result)
+    result = await finish_stream(result)
     elapsed = time.monotonic() - started
 
     assert result.provider == "openai-cloud"
