@@ -220,21 +220,41 @@ async def arrived(
 ) -> Arrival | JsonResponse:
     """A POST's checks in their order (method, host, envelope, the caller's key, the body),
     or the refusal in the endpoint's error shape (`render`)."""
-    wrong = wrong_method(request, "POST", render, wrong_method_message)
+    admitted = await _admitted(request, "POST", render, wrong_method_message)
+    if not isinstance(admitted, Arrival):
+        return admitted
+    raw = body_of(request)
+    parsed = raw if isinstance(raw, ApiError) else parse(raw)
+    if isinstance(parsed, ApiError):
+        return render(parsed)
+    return Arrival(admitted.gateway, admitted.caller, parsed)
+
+
+async def arrived_to_read(
+    request: HttpRequest, render: Callable[[ApiError], JsonResponse] = error_response
+) -> Arrival | JsonResponse:
+    """A GET's checks in the same order (method, host, the caller's key; it has no body), or
+    the refusal in the endpoint's error shape."""
+    return await _admitted(request, "GET", render, "")
+
+
+async def _admitted(
+    request: HttpRequest,
+    method: str,
+    render: Callable[[ApiError], JsonResponse],
+    wrong_method_message: str,
+) -> Arrival | JsonResponse:
+    wrong = wrong_method(request, method, render, wrong_method_message)
     if wrong is not None:
         return wrong
-    problem = checked_host(request) or checked_envelope(request)
+    problem = checked_host(request) or (checked_envelope(request) if method == "POST" else None)
     if problem is not None:
         return render(problem)
     gateway = get_gateway()
     caller = await caller_of(request, gateway)
     if isinstance(caller, Refusal):
         return refused(caller, render)
-    raw = body_of(request)
-    parsed = raw if isinstance(raw, ApiError) else parse(raw)
-    if isinstance(parsed, ApiError):
-        return render(parsed)
-    return Arrival(gateway, caller, parsed)
+    return Arrival(gateway, caller, None)
 
 
 def route_request(

@@ -37,18 +37,11 @@ from typing import Any
 from django.http import HttpRequest, JsonResponse
 
 from edge.api.access import Caller, permitted
-from edge.api.common import (
-    Refusal,
-    caller_of,
-    checked_host,
-    refused,
-    wrong_method,
-)
+from edge.api.common import Arrival, arrived_to_read
 from edge.api.fields import JsonSchema
 from edge.api.json_body import ApiError
 from edge.api.openai_common import openai_error, openai_json_errors
 from gateway.engine.config import ProviderConfig, Snapshot
-from runtime.gateway import get_gateway
 
 AUTO_MODEL = "auto"
 OWNER = "failover"  # owned_by of "auto" and the aliases; a provider's is its kind
@@ -224,17 +217,10 @@ MODELS_SCHEMA: JsonSchema = {
 
 async def _listed(request: HttpRequest) -> list[dict[str, Any]] | JsonResponse:
     """The models the request's key may ask for, or the answer refusing the request."""
-    wrong = wrong_method(request, "GET", openai_error)
-    if wrong is not None:
-        return wrong
-    problem = checked_host(request)
-    if problem is not None:
-        return openai_error(problem)
-    gateway = get_gateway()
-    caller = await caller_of(request, gateway)
-    if isinstance(caller, Refusal):
-        return refused(caller, openai_error)
-    return model_objects(caller, await gateway.snapshots.current())
+    arrival = await arrived_to_read(request, openai_error)
+    if not isinstance(arrival, Arrival):
+        return arrival
+    return model_objects(arrival.caller, await arrival.gateway.snapshots.current())
 
 
 @openai_json_errors
