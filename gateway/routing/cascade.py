@@ -17,18 +17,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from decimal import Decimal
+from dataclasses import replace
 
 from gateway.adapters.errors import ProviderError
-from gateway.adapters.messages import CompletionRequest, ToolCall, context_needed
-from gateway.adapters.stream import CompletionStream
-from gateway.engine.breaker import BreakerEvent
+from gateway.adapters.messages import CompletionRequest, context_needed
 from gateway.engine.clients import StandIn
 from gateway.engine.config import ProviderConfig, Snapshot
 from gateway.routing.answer_cache import CachedAnswer, answer_key, cache_read
 from gateway.routing.ports import Ports, Runtime
 from gateway.routing.rate_limits import rate_abandon, rate_settle
+from gateway.routing.result import RouteError, RouteResult
 from gateway.routing.strategies import hedged, in_turn, ordered
 from gateway.routing.streams import PendingStream, finish_reason
 from gateway.routing.trickle import trickle
@@ -57,65 +55,6 @@ CACHED_NOTICE = (
 )
 
 DEGRADED_NOTICE = "The assistant is unavailable right now."
-
-
-@dataclass(frozen=True, slots=True)
-class RouteError:
-    """Why a routed request got no answer, in the gateway's words: `code` and `message` for
-    every caller, `param` the request's parameter at fault, `provider` the one that refused."""
-
-    code: str
-    message: str
-    param: str = ""
-    provider: str = ""
-
-    def as_body(self) -> dict[str, str]:
-        """The error object of the gateway's own endpoints: what is set, nothing empty."""
-        body = {"code": self.code, "message": self.message}
-        if self.param:
-            body["param"] = self.param
-        if self.provider:
-            body["provider"] = self.provider
-        return body
-
-
-@dataclass(frozen=True, slots=True)
-class RouteResult:
-    text: str
-    tier: Tier
-    status: int = 200
-    provider: str = ""
-    is_fallback: bool = False
-    degradation_notice: str | None = None
-    tokens_in: int = 0
-    tokens_out: int = 0
-    cost: Decimal = Decimal("0")
-    reason: str = ""
-    static_answer_id: int | None = None
-    cache_hit: bool = False
-    cached_age_s: int | None = None
-    finish_reason: str = "stop"
-    tool_calls: tuple[ToolCall, ...] = ()
-    reasoning: str = ""
-    tokens_estimated: bool = False  # a stream whose upstream sent no usage: counted by estimate
-    embeddings: tuple[tuple[float, ...], ...] = ()  # an embedding request's vectors
-    error: RouteError | None = None
-    retry_after_s: int | None = None  # a 503's: when a retry may find a provider to ask
-    store_prompt: bool = False  # the policy keeps prompts in the ledger
-    # A streamed answer whose first token has arrived: the rest is read by the view, then
-    # `finish_stream` settles it and gives the finished result (`interrupted`: it broke before
-    # its end).
-    stream: CompletionStream | None = None
-    interrupted: bool = False
-    attempts: list[Attempt] = field(default_factory=list)
-    events: list[BreakerEvent] = field(default_factory=list)
-    pending: PendingStream | None = None  # the stream's settling, until `finish_stream`
-
-    @property
-    def outcome(self) -> str:
-        if self.error is not None or self.interrupted:
-            return "rejected" if self.status < 500 and not self.interrupted else "failed"
-        return "fallback" if self.is_fallback else "ok"
 
 
 async def finish_stream(
