@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.state import record_script
 from gateway.state import redis_scripts as scripts
 
 
@@ -30,7 +31,7 @@ class Connection:
     def on(cls, client: Any) -> Connection:
         return cls(
             redis=client,
-            record=client.register_script(scripts.RECORD),
+            record=client.register_script(record_script.RECORD),
             transition=client.register_script(scripts.TRANSITION),
             acquire_probe=client.register_script(scripts.ACQUIRE_PROBE),
             set_mode=client.register_script(scripts.SET_MODE),

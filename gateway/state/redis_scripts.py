@@ -47,129 +47,6 @@ local function hold_take(h, x, holder, amount, expires, ttl)
 end
 """
 
-# KEYS: breaker, the call's bucket, health, the spend keys to increment, the spend keys to read,
-# the holds to release (each counter's hash and expiry set), the standing holds to take (each
-# counter, its hash and expiry set), then the cache entry's key when there is one (ARGV[14] >
-# 0). ARGV after the increments' pairs: the holder and how many holds to release; the standing
-# holder, how many to take, how long they live, and each one's amount, limit and ttl.
-# A bucket carries the `epoch` of the breaker it counted for (field `e`): `set_mode` moves the
-# breaker's, so the calls counted before it stop counting, and a bucket of an older epoch is
-# emptied before it counts again.
-RECORD = (
-    HOLDS_LUA
-    + """
-local b, bk, hk = KEYS[1], KEYS[2], KEYS[3]
-local epoch = redis.call('HGET', b, 'epoch') or '0'
-if (redis.call('HGET', bk, 'e') or '0') ~= epoch then
-  redis.call('DEL', bk)
-  redis.call('HSET', bk, 'e', epoch)
-end
--- ARGV[5] (the latency's bin) is empty for a call already counted while still in flight
-local counted = ARGV[5] ~= ''
-if counted then
-  redis.call('HINCRBY', bk, 'c', 1)
-  if ARGV[1] == '1' then redis.call('HINCRBY', bk, 'f', 1) end
-  if ARGV[3] == '1' then redis.call('HINCRBY', bk, 's', 1) end
-  if ARGV[4] == '1' then redis.call('HINCRBY', bk, 'p', 1) end
-  redis.call('HINCRBY', bk, ARGV[5], 1)
-end
-redis.call('EXPIRE', bk, tonumber(ARGV[6]))
--- (not counted: neither a second failure nor a success that clears the stuck ones)
-if counted and ARGV[1] == '1' then
-  redis.call('HINCRBY', b, 'consecutive_failures', 1)
-elseif counted and ARGV[2] == '1' then
-  redis.call('HSET', b, 'consecutive_failures', 0)
-  local pv = tonumber(ARGV[7])
-  if pv >= 0 then
-    local st = redis.call('HMGET', b, 'version', 'state')
-    if tonumber(st[1] or '0') == pv and st[2] == 'half_open' then
-      redis.call('HINCRBY', b, 'probes_succeeded', 1)
-    end
-  end
-end
-local n_spend = tonumber(ARGV[16])
-local holder_at = 17 + 2 * n_spend
-local n_release = tonumber(ARGV[holder_at + 1] or '0')
-local st = holder_at + 2
-local n_standing = tonumber(ARGV[st + 1] or '0')
-local last_read = #KEYS - 2 * n_release - 3 * n_standing
-if ARGV[14] ~= '0' then
-  -- the call's answer, cached with its counting: the last key is the cache entry's
-  redis.call('SET', KEYS[#KEYS], ARGV[15], 'EX', tonumber(ARGV[14]))
-  last_read = last_read - 1
-end
-local spent = {}
-for i = 1, n_spend do
-  local a = 17 + (i - 1) * 2
-  spent[i] = redis.call('INCRBYFLOAT', KEYS[3 + i], ARGV[a])
-  redis.call('EXPIRE', KEYS[3 + i], tonumber(ARGV[a + 1]))
-end
--- the call's budget holds go in the same step as its spend comes
-for i = 0, n_release - 1 do
-  redis.call('HDEL', KEYS[last_read + 1 + 2 * i], ARGV[holder_at])
-  redis.call('ZREM', KEYS[last_read + 2 + 2 * i], ARGV[holder_at])
-end
--- then the standing holds for this process's next call, all or none, as RESERVE takes them
-local standing_taken = 0
-if n_standing > 0 then
-  local first, now = last_read + 2 * n_release, server_now()
-  local expires = now + tonumber(ARGV[st + 2])
-  local fits = true
-  for i = 0, n_standing - 1 do
-    local k = first + 3 * i
-    local held = holds_total(KEYS[k + 2], KEYS[k + 3], now)
-    local used = tonumber(redis.call('GET', KEYS[k + 1]) or '0') + held
-    local a = st + 3 + 3 * i
-    if used + tonumber(ARGV[a]) > tonumber(ARGV[a + 1]) + 1e-9 then fits = false end
-  end
-  if fits then
-    for i = 0, n_standing - 1 do
-      local k, a = first + 3 * i, st + 3 + 3 * i
-      hold_take(KEYS[k + 2], KEYS[k + 3], ARGV[st], ARGV[a], expires, tonumber(ARGV[a + 2]))
-    end
-    standing_taken = 1
-  end
-end
-for i = 4 + n_spend, last_read do
-  spent[#spent + 1] = redis.call('GET', KEYS[i]) or '0'
-end
-local stats = {}
-if ARGV[8] == '1' then
-  local idx, fw, pw = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
-  -- the p95 window's later half, counted apart too (the rule asks both halves)
-  local half = math.ceil(pw / 2)
-  -- only calls after the breaker last closed count toward tripping it again
-  local closed_at = tonumber(redis.call('HGET', b, 'closed_at') or '0')
-  local closed = math.floor(closed_at / tonumber(ARGV[13]))
-  fw = math.max(0, math.min(fw, idx - closed))
-  pw = math.max(0, math.min(pw, idx - closed))
-  local c, f, s, pc, p, rc, rp = 0, 0, 0, 0, 0, 0, 0
-  for i = 0, math.max(fw, pw) - 1 do
-    local v = redis.call('HMGET', ARGV[9] .. (idx - i), 'c', 'f', 's', 'p', 'e')
-    if (v[5] or '0') == epoch then
-      local vc = tonumber(v[1] or '0')
-      if i < fw then
-        c = c + vc
-        f = f + tonumber(v[2] or '0')
-        s = s + tonumber(v[3] or '0')
-      end
-      if i < pw then
-        pc = pc + vc
-        p = p + tonumber(v[4] or '0')
-        if i < half then
-          rc = rc + vc
-          rp = rp + tonumber(v[4] or '0')
-        end
-      end
-    end
-  end
-  stats = {c, f, s, pc, p, rc, rp}
-end
-local health = redis.call('HGET', hk, 'status') or ''
-return {redis.call('HGETALL', b), stats, spent, health, standing_taken}
-"""
-)
-
 TRANSITION = """
 local v = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
 if v ~= tonumber(ARGV[1]) then return 0 end
@@ -194,7 +71,7 @@ redis.call('HINCRBY', KEYS[1], 'probes_admitted', -1)
 return 1
 """
 
-# A reset breaker at the next version and the next statistics epoch (see RECORD).
+# A reset breaker at the next version and the next statistics epoch (see record_script.py).
 SET_MODE = """
 local cur = redis.call('HMGET', KEYS[1], 'version', 'epoch')
 local v = tonumber(cur[1] or '0') + 1

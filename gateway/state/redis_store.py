@@ -44,6 +44,7 @@ from gateway.state.contract import (
     WindowSummary,
     summarize,
 )
+from gateway.state.record_script import record_args
 from gateway.state.redis_connection import Connection
 
 logger = logging.getLogger(__name__)
@@ -118,27 +119,32 @@ class RedisStore(StateStore):
     ) -> Recorded:
         index = windows.bucket(now)
         longest = max(windows.failure_window_s, windows.p95_window_s)
-        args: list[Any] = [
-            int(sample.failure),
-            int(sample.ok),
-            int(sample.slow),
-            int(sample.over_p95),
-            # No histogram field: a call already counted (`Sample.counted`), not counted again.
-            histogram.bin_field(histogram.latency_bin(sample.latency_ms)) if sample.counted else "",
-            windows.bucket_s * (windows.buckets_in(longest) + 1),
-            -1 if probe_version is None else probe_version,
-            int(want_stats),
-            scripts.bucket_prefix(name),
-            index,
-            windows.buckets_in(windows.failure_window_s),
-            windows.buckets_in(windows.p95_window_s),
-            windows.bucket_s,
-        ]
         # SET with EX refuses a ttl under one second; like `cache_put`, such a write keeps nothing.
         if cache is not None and cache.ttl_s < 1:
             cache = None
-        args += [0, ""] if cache is None else [cache.ttl_s, cache.value]
-        args.append(len(spend))
+        args = record_args(
+            failure=int(sample.failure),
+            ok=int(sample.ok),
+            slow=int(sample.slow),
+            over_p95=int(sample.over_p95),
+            # No histogram field: a call already counted (`Sample.counted`), not counted again.
+            latency_bin=(
+                histogram.bin_field(histogram.latency_bin(sample.latency_ms))
+                if sample.counted
+                else ""
+            ),
+            bucket_ttl=windows.bucket_s * (windows.buckets_in(longest) + 1),
+            probe_version=-1 if probe_version is None else probe_version,
+            want_stats=int(want_stats),
+            bucket_prefix=scripts.bucket_prefix(name),
+            bucket=index,
+            failure_buckets=windows.buckets_in(windows.failure_window_s),
+            p95_buckets=windows.buckets_in(windows.p95_window_s),
+            bucket_s=windows.bucket_s,
+            cache_ttl=0 if cache is None else cache.ttl_s,
+            cache_value="" if cache is None else cache.value,
+            spend_count=len(spend),
+        )
         for increment in spend:
             args += [repr(increment.amount), increment.ttl_s]
         args += ["", 0] if release is None else [release.holder, len(release.keys)]
