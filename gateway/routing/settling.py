@@ -17,7 +17,7 @@ from gateway.routing.answer_cache import cache_write
 from gateway.routing.ports import Ports
 from gateway.routing.rate_limits import rate_increments, rate_recorded
 from gateway.routing.walk import Attempt, AttemptOutcome, Ticket, Walk
-from gateway.state.contract import Sample, SpendIncrement, Windows
+from gateway.state.contract import RecordCall, Sample, SpendIncrement, Windows
 
 logger = logging.getLogger(__name__)
 
@@ -80,25 +80,27 @@ async def settle(
         )
         standing = ports.readings.standing.offer(name, ticket.holds, life_s)
     recorded = await store.record(
-        name,
-        Sample(
-            ok=error is None or (rule is not None and not rule.breaker_failure),
-            failure=outcome.breaker_failure,
-            # The error table says which failures also count as slow calls (a timeout does).
-            slow=breaker.is_slow(latency_s, policy) or (rule is not None and rule.slow_call),
-            over_p95=breaker.is_over_p95(latency_s, policy),
-            latency_ms=latency_s * 1000,
-            counted=not ticket.counted,
-        ),
-        now=now,
-        windows=windows(policy),
-        want_stats=breaker.needs_window(outcome, policy),
-        probe_version=state.version if ticket.was_probe else None,
-        spend=spend + rate_spend,
-        cache=saved,
-        read_spend=[*(key for key, _ in ticket.keys.values()), *rate_read],
-        release=ticket.release,
-        standing=standing,
+        RecordCall(
+            name,
+            Sample(
+                ok=error is None or (rule is not None and not rule.breaker_failure),
+                failure=outcome.breaker_failure,
+                # The error table says which failures also count as slow calls (a timeout does).
+                slow=breaker.is_slow(latency_s, policy) or (rule is not None and rule.slow_call),
+                over_p95=breaker.is_over_p95(latency_s, policy),
+                latency_ms=latency_s * 1000,
+                counted=not ticket.counted,
+            ),
+            now=now,
+            windows=windows(policy),
+            want_stats=breaker.needs_window(outcome, policy),
+            probe_version=state.version if ticket.was_probe else None,
+            spend=spend + rate_spend,
+            cache=saved,
+            read_spend=(*(key for key, _ in ticket.keys.values()), *rate_read),
+            release=ticket.release,
+            standing=standing,
+        )
     )
     if standing is not None and recorded.standing_taken:
         ports.readings.standing.taken(name, standing, now)

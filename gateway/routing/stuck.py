@@ -40,7 +40,7 @@ from gateway.engine.breaker import BreakerState
 from gateway.routing.breaker_watch import POLL_S, gave_up
 from gateway.routing.settling import breaker_move, windows
 from gateway.routing.walk import Ticket, Walk
-from gateway.state.contract import Sample
+from gateway.state.contract import RecordCall, Sample
 
 logger = logging.getLogger(__name__)
 
@@ -182,17 +182,19 @@ async def count_stuck(walk: Walk, ticket: Ticket, stuck_s: float) -> BreakerStat
     now = ports.clock.wall()
     try:
         recorded = await ports.store.record(
-            name,
-            Sample(
-                ok=False,
-                failure=True,
-                slow=breaker.is_slow(stuck_s, policy),
-                over_p95=breaker.is_over_p95(stuck_s, policy),
-                latency_ms=stuck_s * 1000,
-            ),
-            now=now,
-            windows=windows(policy),
-            want_stats=True,
+            RecordCall(
+                name,
+                Sample(
+                    ok=False,
+                    failure=True,
+                    slow=breaker.is_slow(stuck_s, policy),
+                    over_p95=breaker.is_over_p95(stuck_s, policy),
+                    latency_ms=stuck_s * 1000,
+                ),
+                now=now,
+                windows=windows(policy),
+                want_stats=True,
+            )
         )
     except BaseException:
         ticket.counted = False  # not counted after all: the call's end counts it

@@ -22,7 +22,7 @@ from gateway.engine.breaker import Admission, BreakerEvent, Mode, State
 from gateway.engine.config import PolicyConfig, ProviderConfig
 from gateway.routing.settling import breaker_move, windows
 from gateway.sentinel.checks import check, wants_inference
-from gateway.state.contract import Sample
+from gateway.state.contract import RecordCall, Sample
 
 if TYPE_CHECKING:
     from gateway.routing.ports import Runtime
@@ -70,18 +70,20 @@ async def _probe(
         latency_s = ports.clock.mono() - started
         now = ports.clock.wall()
         recorded = await store.record(
-            name,
-            Sample(
-                ok=result.ok,
-                failure=not result.ok,
-                slow=False,
-                over_p95=False,
-                latency_ms=latency_s * 1000,
-            ),
-            now=now,
-            windows=windows(policy),
-            want_stats=False,
-            probe_version=state.version,
+            RecordCall(
+                name,
+                Sample(
+                    ok=result.ok,
+                    failure=not result.ok,
+                    slow=False,
+                    over_p95=False,
+                    latency_ms=latency_s * 1000,
+                ),
+                now=now,
+                windows=windows(policy),
+                want_stats=False,
+                probe_version=state.version,
+            )
         )
         outcome = breaker.Outcome(
             ok=result.ok,

@@ -118,6 +118,26 @@ class Recorded:
 
 
 @dataclass(frozen=True, slots=True)
+class RecordCall:
+    """A finished call to count on `name`'s breaker (and what goes in the same step): its spend
+    increments, the answer to cache, the spend keys to read back, the call's holds to release,
+    the standing holds to take for this process's next call. `probe_version`: the half-open
+    version that admitted it when it was a probe. `want_stats`: the window sums are needed."""
+
+    name: str
+    sample: Sample
+    now: float
+    windows: Windows
+    want_stats: bool
+    probe_version: int | None = None
+    spend: tuple[SpendIncrement, ...] = ()
+    cache: CacheWrite | None = None
+    read_spend: tuple[str, ...] = ()
+    release: HoldRelease | None = None
+    standing: StandingTake | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class StatusRead:
     """The status page's view of several providers, read in one round trip."""
 
@@ -143,21 +163,7 @@ class StateStore(ABC):
         """A provider's breaker and the named spend counters, in one round trip."""
 
     @abstractmethod
-    async def record(
-        self,
-        name: str,
-        sample: Sample,
-        *,
-        now: float,
-        windows: Windows,
-        want_stats: bool,
-        probe_version: int | None = None,
-        spend: tuple[SpendIncrement, ...] = (),
-        cache: CacheWrite | None = None,
-        read_spend: Iterable[str] = (),
-        release: HoldRelease | None = None,
-        standing: StandingTake | None = None,
-    ) -> Recorded:
+    async def record(self, call: RecordCall) -> Recorded:
         """Count a finished call (and its spend) atomically, in one round trip; answers the
         breaker as it now is (with its health verdict), the window sums when asked (calls
         since the breaker last closed and since the last `set_mode` only), and the value of

@@ -17,13 +17,9 @@ from gateway.engine.health import Health, HealthState, next_health
 from gateway.engine.rate import Limits, RateKeys, judge
 from gateway.state import histogram
 from gateway.state.contract import (
-    CacheWrite,
-    HoldRelease,
+    RecordCall,
     Recorded,
     Reserved,
-    Sample,
-    SpendIncrement,
-    StandingTake,
     StateStore,
     StatusRead,
     Windows,
@@ -128,21 +124,10 @@ class MemoryStore(StateStore):
         health = self._health_of(name).status
         return replace(state, health=health) if health != state.health else state
 
-    async def record(
-        self,
-        name: str,
-        sample: Sample,
-        *,
-        now: float,
-        windows: Windows,
-        want_stats: bool,
-        probe_version: int | None = None,
-        spend: tuple[SpendIncrement, ...] = (),
-        cache: CacheWrite | None = None,
-        read_spend: Iterable[str] = (),
-        release: HoldRelease | None = None,
-        standing: StandingTake | None = None,
-    ) -> Recorded:
+    async def record(self, call: RecordCall) -> Recorded:
+        name, sample, now, windows = call.name, call.sample, call.now, call.windows
+        probe_version, spend, cache = call.probe_version, call.spend, call.cache
+        release, standing, read_spend = call.release, call.standing, call.read_spend
         buckets = self._buckets.setdefault(name, {})
         index = windows.bucket(now)
         bucket = buckets.get(index)
@@ -193,7 +178,7 @@ class MemoryStore(StateStore):
         if cache is not None:
             self._cache.put(cache.key, cache.value, cache.ttl_s)
         stats = None
-        if want_stats:
+        if call.want_stats:
             stats = self._stats(buckets, windows, index, windows.bucket(current.closed_at))
         spent = {key: self._counter(key) for key in read_spend}
         spent.update((increment.key, self._spend[increment.key]) for increment in spend)

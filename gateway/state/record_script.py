@@ -3,13 +3,19 @@ one step (one Redis round trip), with the breaker's statistics read back.
 
 Its fixed arguments have names (`RECORD_ARGS`): the script declares each as a local of that name
 (`ARGV[n]` in one place, the prologue made from the same list) and `record_args` takes them by
-name, so neither side counts positions.
+name, so neither side counts positions. `ScriptCall.of` turns a store's `RecordCall` into the
+script's keys and arguments.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Any
 
+from gateway.state import histogram
+from gateway.state import redis_scripts as scripts
+from gateway.state.contract import RecordCall
 from gateway.state.redis_scripts import HOLDS_LUA
 
 RECORD_ARGS = (
@@ -25,6 +31,75 @@ _PROLOGUE = (
     "".join(f"local {name} = ARGV[{n}]\n" for n, name in enumerate(RECORD_ARGS, start=1))
     + f"local TAIL = {len(RECORD_ARGS) + 1}\n"
 )
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptCall:
+    """A `RecordCall` as the script takes it: its keys and arguments, and the spend keys in the
+    order the script answers their values."""
+
+    keys: list[str]
+    args: list[Any]
+    spend_keys: tuple[str, ...]
+
+    @classmethod
+    def of(cls, call: RecordCall) -> ScriptCall:
+        name, sample, now, windows = call.name, call.sample, call.now, call.windows
+        spend, cache, release, standing = call.spend, call.cache, call.release, call.standing
+        index = windows.bucket(now)
+        longest = max(windows.failure_window_s, windows.p95_window_s)
+        # SET with EX refuses a ttl under one second; like `cache_put`, such a write keeps nothing.
+        if cache is not None and cache.ttl_s < 1:
+            cache = None
+        args = record_args(
+            failure=int(sample.failure),
+            ok=int(sample.ok),
+            slow=int(sample.slow),
+            over_p95=int(sample.over_p95),
+            # No histogram field: a call already counted (`Sample.counted`), not counted again.
+            latency_bin=(
+                histogram.bin_field(histogram.latency_bin(sample.latency_ms))
+                if sample.counted
+                else ""
+            ),
+            bucket_ttl=windows.bucket_s * (windows.buckets_in(longest) + 1),
+            probe_version=-1 if call.probe_version is None else call.probe_version,
+            want_stats=int(call.want_stats),
+            bucket_prefix=scripts.bucket_prefix(name),
+            bucket=index,
+            failure_buckets=windows.buckets_in(windows.failure_window_s),
+            p95_buckets=windows.buckets_in(windows.p95_window_s),
+            bucket_s=windows.bucket_s,
+            cache_ttl=0 if cache is None else cache.ttl_s,
+            cache_value="" if cache is None else cache.value,
+            spend_count=len(spend),
+        )
+        for increment in spend:
+            args += [repr(increment.amount), increment.ttl_s]
+        args += ["", 0] if release is None else [release.holder, len(release.keys)]
+        if standing is not None:
+            args += [standing.holder, len(standing.holds), repr(standing.life_s)]
+            for hold in standing.holds:
+                ttl = max(hold.ttl_s, math.ceil(standing.life_s) + 60)
+                args += [repr(hold.amount), repr(hold.limit), ttl]
+        # A key incremented is answered with its new value; only the others are read.
+        incremented = [increment.key for increment in spend]
+        read_only = [key for key in dict.fromkeys(call.read_spend) if key not in incremented]
+        keys = [
+            scripts.breaker_key(name),
+            f"{scripts.bucket_prefix(name)}{index}",
+            scripts.health_key(name),
+        ]
+        keys += [f"fo:{key}" for key in (*incremented, *read_only)]
+        if release is not None:
+            for counter in release.keys:
+                keys += scripts.hold_keys(counter)
+        if standing is not None:
+            for hold in standing.holds:
+                keys += [f"fo:{hold.key}", *scripts.hold_keys(hold.key)]
+        if cache is not None:
+            keys.append(f"fo:{cache.key}")
+        return cls(keys, args, (*incremented, *read_only))
 
 
 def record_args(**values: Any) -> list[Any]:

@@ -28,23 +28,18 @@ from gateway.engine.breaker import BreakerState, Mode, WindowStats
 from gateway.engine.budgets import Hold
 from gateway.engine.health import Health, HealthState
 from gateway.engine.rate import Limits, RateKeys
-from gateway.state import histogram
 from gateway.state import redis_scripts as scripts
 from gateway.state.contract import (
-    CacheWrite,
-    HoldRelease,
+    RecordCall,
     Recorded,
     Reserved,
-    Sample,
-    SpendIncrement,
-    StandingTake,
     StateStore,
     StatusRead,
     Windows,
     WindowSummary,
     summarize,
 )
-from gateway.state.record_script import record_args
+from gateway.state.record_script import ScriptCall
 from gateway.state.redis_connection import Connection
 
 logger = logging.getLogger(__name__)
@@ -102,86 +97,17 @@ class RedisStore(StateStore):
             state = replace(state, health=Health(results[1]))
         return state, {k: float(v or 0) for k, v in spent.items()}
 
-    async def record(
-        self,
-        name: str,
-        sample: Sample,
-        *,
-        now: float,
-        windows: Windows,
-        want_stats: bool,
-        probe_version: int | None = None,
-        spend: tuple[SpendIncrement, ...] = (),
-        cache: CacheWrite | None = None,
-        read_spend: Iterable[str] = (),
-        release: HoldRelease | None = None,
-        standing: StandingTake | None = None,
-    ) -> Recorded:
-        index = windows.bucket(now)
-        longest = max(windows.failure_window_s, windows.p95_window_s)
-        # SET with EX refuses a ttl under one second; like `cache_put`, such a write keeps nothing.
-        if cache is not None and cache.ttl_s < 1:
-            cache = None
-        args = record_args(
-            failure=int(sample.failure),
-            ok=int(sample.ok),
-            slow=int(sample.slow),
-            over_p95=int(sample.over_p95),
-            # No histogram field: a call already counted (`Sample.counted`), not counted again.
-            latency_bin=(
-                histogram.bin_field(histogram.latency_bin(sample.latency_ms))
-                if sample.counted
-                else ""
-            ),
-            bucket_ttl=windows.bucket_s * (windows.buckets_in(longest) + 1),
-            probe_version=-1 if probe_version is None else probe_version,
-            want_stats=int(want_stats),
-            bucket_prefix=scripts.bucket_prefix(name),
-            bucket=index,
-            failure_buckets=windows.buckets_in(windows.failure_window_s),
-            p95_buckets=windows.buckets_in(windows.p95_window_s),
-            bucket_s=windows.bucket_s,
-            cache_ttl=0 if cache is None else cache.ttl_s,
-            cache_value="" if cache is None else cache.value,
-            spend_count=len(spend),
-        )
-        for increment in spend:
-            args += [repr(increment.amount), increment.ttl_s]
-        args += ["", 0] if release is None else [release.holder, len(release.keys)]
-        if standing is not None:
-            args += [standing.holder, len(standing.holds), repr(standing.life_s)]
-            for hold in standing.holds:
-                ttl = max(hold.ttl_s, math.ceil(standing.life_s) + 60)
-                args += [repr(hold.amount), repr(hold.limit), ttl]
-        # A key incremented is answered with its new value; only the others are read.
-        incremented = [increment.key for increment in spend]
-        read_only = [key for key in dict.fromkeys(read_spend) if key not in incremented]
-        keys = [
-            scripts.breaker_key(name),
-            f"{scripts.bucket_prefix(name)}{index}",
-            scripts.health_key(name),
-        ]
-        keys += [f"fo:{key}" for key in (*incremented, *read_only)]
-        if release is not None:
-            for counter in release.keys:
-                keys += scripts.hold_keys(counter)
-        if standing is not None:
-            for hold in standing.holds:
-                keys += [f"fo:{hold.key}", *scripts.hold_keys(hold.key)]
-        if cache is not None:
-            keys.append(f"fo:{cache.key}")
+    async def record(self, call: RecordCall) -> Recorded:
+        script = ScriptCall.of(call)
         raw_state, raw_stats, raw_spent, status, taken = await self._client().record(
-            keys=keys, args=args
+            keys=script.keys, args=script.args
         )
         stats = WindowStats(*(int(v) for v in raw_stats)) if raw_stats else None
         state = scripts.state_from_hash(raw_state)
         if status:
             state = replace(state, health=Health(status))
         # An increment of a key named twice: the later value is the one after both.
-        spent = {
-            key: float(value)
-            for key, value in zip((*incremented, *read_only), raw_spent, strict=True)
-        }
+        spent = {key: float(value) for key, value in zip(script.spend_keys, raw_spent, strict=True)}
         return Recorded(state, stats, spent, bool(taken))
 
     async def transition(self, name: str, expected_version: int, new: BreakerState) -> bool:

@@ -17,13 +17,9 @@ from gateway.engine.budgets import Hold
 from gateway.engine.health import HealthState
 from gateway.engine.rate import Limits, RateKeys
 from gateway.state.contract import (
-    CacheWrite,
-    HoldRelease,
+    RecordCall,
     Recorded,
     Reserved,
-    Sample,
-    SpendIncrement,
-    StandingTake,
     StateStore,
     StatusRead,
     Windows,
@@ -106,37 +102,8 @@ class ResilientStore(StateStore):
         keys = tuple(spend_keys)  # a generator would be spent by a failed first try
         return await self._call(lambda store: store.read(name, keys))
 
-    async def record(
-        self,
-        name: str,
-        sample: Sample,
-        *,
-        now: float,
-        windows: Windows,
-        want_stats: bool,
-        probe_version: int | None = None,
-        spend: tuple[SpendIncrement, ...] = (),
-        cache: CacheWrite | None = None,
-        read_spend: Iterable[str] = (),
-        release: HoldRelease | None = None,
-        standing: StandingTake | None = None,
-    ) -> Recorded:
-        spend_read = tuple(read_spend)
-        result = await self._call(
-            lambda store: store.record(
-                name,
-                sample,
-                now=now,
-                windows=windows,
-                want_stats=want_stats,
-                probe_version=probe_version,
-                spend=spend,
-                cache=cache,
-                read_spend=spend_read,
-                release=release,
-                standing=standing,
-            )
-        )
+    async def record(self, call: RecordCall) -> Recorded:
+        result = await self._call(lambda store: store.record(call))
         if self._down_since is not None and result.standing_taken:
             # Taken in this process's memory, not in Redis: a call that claimed it once Redis
             # is back would run on room nobody else sees held.

@@ -19,7 +19,7 @@ from gateway.adapters.messages import CompletionRequest
 from gateway.engine.budgets import Hold, budget_period, hold_refusal, prompt_tokens_reserved
 from gateway.engine.reasons import SkipReason
 from gateway.state import redis_scripts
-from gateway.state.contract import HoldRelease, Sample, StateStore, Windows, spend_key
+from gateway.state.contract import HoldRelease, RecordCall, Sample, StateStore, Windows, spend_key
 from tests.providers.conftest import (
     ask,
     ledger_rows,
@@ -158,13 +158,15 @@ class TestTheStores:
         key = hold().key
         assert not (await store.reserve("r1", [hold(0.04)], now=time.time(), life_s=60)).refusal
         recorded = await store.record(
-            "cloud",
-            OK,
-            now=time.time(),
-            windows=WINDOWS,
-            want_stats=False,
-            spend=(SpendIncrement(key, 0.015, 86_400),),
-            release=HoldRelease("r1", (key,)),
+            RecordCall(
+                "cloud",
+                OK,
+                now=time.time(),
+                windows=WINDOWS,
+                want_stats=False,
+                spend=(SpendIncrement(key, 0.015, 86_400),),
+                release=HoldRelease("r1", (key,)),
+            )
         )
         assert recorded.spent[key] == pytest.approx(0.015)
         assert (await store.holds_read([key], now=time.time()))[key] == (0, 0.0)
@@ -198,13 +200,15 @@ class TestTheStores:
 
         async def settle(holder: str):
             return await store.record(
-                "cloud",
-                OK,
-                now=time.time(),
-                windows=WINDOWS,
-                want_stats=False,
-                spend=(SpendIncrement(key, 0.02, 86_400),),
-                standing=StandingTake(holder, (hold(0.02, limit=0.05),), 0.4),
+                RecordCall(
+                    "cloud",
+                    OK,
+                    now=time.time(),
+                    windows=WINDOWS,
+                    want_stats=False,
+                    spend=(SpendIncrement(key, 0.02, 86_400),),
+                    standing=StandingTake(holder, (hold(0.02, limit=0.05),), 0.4),
+                )
             )
 
         assert (await settle("standing:a")).standing_taken  # 0.02 spent + 0.02 held ≤ 0.05

@@ -12,7 +12,7 @@ import pytest
 
 from gateway.engine.breaker import BreakerState, Mode, State
 from gateway.state import resilient_store as state_resilient
-from gateway.state.contract import CacheWrite, Sample, SpendIncrement, Windows
+from gateway.state.contract import CacheWrite, RecordCall, Sample, SpendIncrement, Windows
 from gateway.state.redis_store import RedisStore
 from gateway.state.resilient_store import ResilientStore
 from tests.providers.test_state_stores import close_redis_store, flush_redis, redis_url
@@ -67,14 +67,16 @@ async def test_every_call_falls_back_to_local_state_without_raising(down):
     assert await down.acquire_probe(NAME, 2, 3) is True
 
     recorded = await down.record(
-        NAME,
-        FAILED,
-        now=T0 + 61,
-        windows=WINDOWS,
-        want_stats=True,
-        probe_version=2,
-        spend=(SpendIncrement(SPEND, 0.5, 3600),),
-        read_spend=(key for key in (SPEND, OTHER_SPEND)),
+        RecordCall(
+            NAME,
+            FAILED,
+            now=T0 + 61,
+            windows=WINDOWS,
+            want_stats=True,
+            probe_version=2,
+            spend=(SpendIncrement(SPEND, 0.5, 3600),),
+            read_spend=(SPEND, OTHER_SPEND),
+        )
     )
     state, stats = recorded.state, recorded.stats
     assert (state.state, state.probes_admitted, state.consecutive_failures) == (
@@ -106,12 +108,14 @@ async def test_while_redis_is_down_answers_are_cached_in_local_memory(down):
     await down.cache_put(key, answer, 60)
     assert await down.cache_get(key) == answer
     await down.record(
-        NAME,
-        FAILED,
-        now=T0,
-        windows=WINDOWS,
-        want_stats=False,
-        cache=CacheWrite("cache:recorded", answer, 60),
+        RecordCall(
+            NAME,
+            FAILED,
+            now=T0,
+            windows=WINDOWS,
+            want_stats=False,
+            cache=CacheWrite("cache:recorded", answer, 60),
+        )
     )
     assert await down.cache_get("cache:recorded") == answer
     assert await down.fallback.cache_get(key) == answer
@@ -124,7 +128,7 @@ async def test_a_standing_hold_taken_in_local_memory_is_not_reported_as_taken(do
 
     take = StandingTake("standing:x", (Hold(SPEND, 0.01, 1.0, 1.0, 3600),), 60)
     recorded = await down.record(
-        NAME, FAILED, now=time.time(), windows=WINDOWS, want_stats=False, standing=take
+        RecordCall(NAME, FAILED, now=time.time(), windows=WINDOWS, want_stats=False, standing=take)
     )
     # Redis never held it: a call that claimed it once Redis is back would hold nothing.
     assert recorded.standing_taken is False
@@ -192,13 +196,15 @@ async def test_with_redis_up_it_reads_and_writes_through_to_redis():
         await resilient.cache_put("cache:put", "ü", 60)
         recorded = CacheWrite("cache:recorded", "ß", 60)
         answered = await resilient.record(
-            NAME,
-            FAILED,
-            now=T0,
-            windows=WINDOWS,
-            want_stats=False,
-            cache=recorded,
-            read_spend=iter([SPEND]),
+            RecordCall(
+                NAME,
+                FAILED,
+                now=T0,
+                windows=WINDOWS,
+                want_stats=False,
+                cache=recorded,
+                read_spend=(SPEND,),
+            )
         )
         assert answered.spent == {SPEND: 2.5}
         status = await resilient.status_read([NAME], windows=WINDOWS, now=T0, spend_keys=[SPEND])

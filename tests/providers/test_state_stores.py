@@ -14,7 +14,7 @@ from django.conf import settings
 
 from gateway.engine.breaker import BreakerState, Mode, State, WindowStats
 from gateway.engine.health import Health, HealthState
-from gateway.state.contract import Recorded, Sample, SpendIncrement, StateStore, Windows
+from gateway.state.contract import RecordCall, Recorded, Sample, SpendIncrement, StateStore, Windows
 from gateway.state.memory_store import MemoryStore
 from gateway.state.redis_store import RedisStore
 from gateway.state.resilient_store import ResilientStore
@@ -94,7 +94,7 @@ async def record(
     store: StateStore, now: float = T0, *, sample: Sample, want_stats: bool = False, **options
 ) -> Recorded:
     return await store.record(
-        NAME, sample, now=now, windows=WINDOWS, want_stats=want_stats, **options
+        RecordCall(NAME, sample, now=now, windows=WINDOWS, want_stats=want_stats, **options)
     )
 
 

@@ -14,7 +14,7 @@ from gateway.engine.breaker import BreakerState, Mode, Outcome, State, WindowSta
 from gateway.engine.config import PolicyConfig
 from gateway.engine.health import Health
 from gateway.state import histogram
-from gateway.state.contract import CacheWrite, SpendIncrement, StateStore
+from gateway.state.contract import CacheWrite, RecordCall, SpendIncrement, StateStore
 from gateway.state.memory_store import MemoryStore
 from gateway.state.redis_store import RedisStore
 from tests.providers.test_state_stores import (
@@ -174,7 +174,9 @@ async def test_status_read_answers_every_provider_and_spend_key_asked(store):
     await record(store, sample=call(latency_ms=300))
     opened = BreakerState(state=State.OPEN, version=1, opened_at=T0, open_until=T0 + 60)
     assert await store.transition("openai-cloud", 0, opened)
-    await store.record("openai-cloud", call(), now=T0 - 30, windows=WINDOWS, want_stats=False)
+    await store.record(
+        RecordCall("openai-cloud", call(), now=T0 - 30, windows=WINDOWS, want_stats=False)
+    )
     names = [NAME, "openai-cloud", "never-seen"]
 
     status = await store.status_read(
@@ -226,7 +228,9 @@ async def test_a_redis_record_with_spend_health_and_an_answer_is_one_round_trip(
 async def test_a_redis_status_read_of_three_providers_is_one_round_trip(redis_store, round_trips):
     names = [NAME, "openai-cloud", "anthropic-cloud"]
     for name in names:
-        await redis_store.record(name, call(), now=T0, windows=WINDOWS, want_stats=False)
+        await redis_store.record(
+            RecordCall(name, call(), now=T0, windows=WINDOWS, want_stats=False)
+        )
     round_trips.clear()
     status = await redis_store.status_read(names, windows=WINDOWS, now=T0, spend_keys=[SPEND])
     assert len(round_trips) == 1

@@ -234,9 +234,9 @@ async def test_a_call_not_yet_stuck_is_moved_on_when_its_breaker_opens(
 class _SlowRecords(MemoryStore):
     """The in-process store, with a record that takes 0.3 s to come back (a slow Redis)."""
 
-    async def record(self, name, sample, **fields):
+    async def record(self, call):
         await asyncio.sleep(0.3)
-        return await super().record(name, sample, **fields)
+        return await super().record(call)
 
 
 @pytest.mark.backend_free
