@@ -25,6 +25,7 @@ from gateway.adapters.errors import ErrorClass, ProviderError
 from gateway.engine.outbound import (
     BLOCKED,
     OutboundPolicy,
+    allowed_addresses,
     host_refusal,
     resolved_refusal,
 )
@@ -102,8 +103,7 @@ class PolicyNetworkBackend(httpcore.AsyncNetworkBackend):
             raise httpcore.ConnectTimeout(f"resolving {host} timed out") from exc
         except OSError as exc:
             raise httpcore.ConnectError(f"could not resolve {host}: {exc}") from exc
-        addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
-        refusal = resolved_refusal(host, addresses, self._policy)
+        addresses, refusal = allowed_addresses(host, infos, self._policy)
         if refusal:
             raise blocked(refusal)
         return addresses

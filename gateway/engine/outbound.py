@@ -19,8 +19,9 @@ functions only decide. Each returns why a URL, host or address is refused, or ""
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -118,6 +119,17 @@ def resolved_refusal(host: str, addresses: Iterable[str], policy: OutboundPolicy
         if verdict:
             return f"{host} resolves to {address}, {verdict}"
     return ""
+
+
+def allowed_addresses(
+    host: str, infos: Iterable[Sequence[Any]], policy: OutboundPolicy
+) -> tuple[list[str], str]:
+    """What a resolver answered for `host` (`getaddrinfo`'s entries) as the addresses to
+    connect to, each once and in its order, with the policy's refusal of them ("" when every
+    one may be called). The one rule both outbound guards connect by: the providers' (async)
+    and the alert channels' (sync)."""
+    addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+    return addresses, resolved_refusal(host, addresses, policy)
 
 
 def address_refusal(address: str, policy: OutboundPolicy) -> str:

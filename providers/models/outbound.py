@@ -16,8 +16,8 @@ from django.utils.deconstruct import deconstructible
 from gateway.engine.outbound import (
     BLOCKED,
     OutboundPolicy,
+    allowed_addresses,
     host_refusal,
-    resolved_refusal,
     url_refusal,
 )
 
@@ -49,8 +49,7 @@ def resolve_allowed(host: str, port: int, policy: OutboundPolicy | None = None) 
     if refusal:
         raise OutboundRefused(refusal)
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
-    refusal = resolved_refusal(host, addresses, policy)
+    addresses, refusal = allowed_addresses(host, infos, policy)
     if refusal:
         raise OutboundRefused(refusal)
     return addresses

@@ -23,6 +23,7 @@ from gateway.engine.config import ProviderConfig
 from gateway.engine.outbound import (
     OutboundPolicy,
     address_refusal,
+    allowed_addresses,
     host_refusal,
     resolved_refusal,
     url_refusal,
@@ -135,6 +136,23 @@ class TestTheRules:
         with pytest.raises(ValueError, match="unknown outbound allowance everything"):
             OutboundPolicy.allowing(["loopback", "everything"])
         assert OutboundPolicy.allowing([" Loopback ", ""]) == LOOPBACK
+
+    def test_a_resolvers_answer_is_each_address_once_in_its_order_judged_whole(self):
+        def entry(address: str) -> tuple[Any, ...]:
+            return (2, 1, 6, "", (address, 443))
+
+        answer = [entry("93.184.215.14"), entry("93.184.215.14"), entry("2606:2800:21f::1")]
+        assert allowed_addresses("example.com", answer, OutboundPolicy()) == (
+            ["93.184.215.14", "2606:2800:21f::1"],
+            "",
+        )
+        rebinding = [entry("93.184.215.14"), entry("10.0.0.5")]
+        addresses, refusal = allowed_addresses("mixed.example", rebinding, OutboundPolicy())
+        assert addresses == ["93.184.215.14", "10.0.0.5"]
+        assert refusal == (
+            "mixed.example resolves to 10.0.0.5, a private address (allowed only with "
+            "OUTBOUND_ALLOW=private)"
+        )
 
 
 def _base_url_errors(url: str) -> list[str]:
