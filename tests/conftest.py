@@ -7,7 +7,6 @@ xdist worker of each checkout has a test database and a Redis db of its own (`te
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Iterator
 
 import pytest
@@ -16,7 +15,7 @@ from django.conf import settings
 from alerts.raising import request_throttle
 from devtools.fake_provider import FakeProvider
 from runtime.scheduler import one_off_jobs_settle
-from tests.isolation import RedisClaim, point_at_claimed_redis, test_database_name
+from tests.isolation import RedisClaim, free_port, point_at_claimed_redis, test_database_name
 
 SERVICES_PASS = os.environ.get("FAILOVER_TEST_PASS") == "services"
 REQUIRE_SERVICES = os.environ.get("FAILOVER_REQUIRE_SERVICES") == "1"
@@ -143,9 +142,7 @@ def secondary_fake() -> Iterator[FakeProvider]:
 @pytest.fixture
 def closed_port() -> int:
     """A loopback port with nothing listening: a stopped server, as a client sees it."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return free_port()
 
 
 def child_process_env(data_dir: object, **extra: str) -> dict[str, str]:

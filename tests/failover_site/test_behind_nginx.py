@@ -18,7 +18,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ import httpx
 import pytest
 
 from tests.failover_site.test_make_run import running_platform  # noqa: F401 - a fixture
+from tests.isolation import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 OPERATIONS = (ROOT / "docs" / "operations.md").read_text()
@@ -119,12 +119,6 @@ EACH = pytest.mark.parametrize("setup", SETUPS, ids=[setup.name for setup in SET
 class Served:
     url: str  # nginx's
     log: Path  # uvicorn's output
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _with(flags: tuple[str, ...], **values: str) -> list[str]:
@@ -222,7 +216,7 @@ def served(tmp_path_factory) -> Iterator[dict[str, Served]]:
         for setup in SETUPS:
             data_dir = root / setup.name
             shutil.copytree(migrated, data_dir)
-            port, log = _free_port(), root / f"{setup.name}-uvicorn.log"
+            port, log = free_port(), root / f"{setup.name}-uvicorn.log"
             flags = _with(setup.uvicorn_flags, port=str(port), workers="1")
             child_env = _child_env(
                 data_dir,
@@ -246,7 +240,7 @@ def served(tmp_path_factory) -> Iterator[dict[str, Served]]:
             _wait_healthy(upstream, process, log)
             prefix = root / f"{setup.name}-nginx"
             prefix.mkdir()
-            listen = _free_port()
+            listen = free_port()
             conf = prefix / "nginx.conf"
             conf.write_text(_nginx_conf(prefix, listen, int(upstream.rsplit(":", 1)[1])))
             error_log = prefix / "error.log"

@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from edge.body_deadline import WATCH_INTERVAL_S, BodyTimedOut, within_deadline
+from tests.isolation import free_port
 
 pytestmark = pytest.mark.backend_free
 
@@ -38,9 +39,7 @@ def server(tmp_path_factory) -> Iterator[tuple[str, int]]:
     env.update(
         ENV_FILE="", DEBUG="true", DATA_DIR=str(data_dir), REQUEST_BODY_TIMEOUT_S=str(DEADLINE_S)
     )
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     log = (data_dir / "uvicorn.log").open("w")
     process = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "failover_site.asgi:application",

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import threading
 import time
 
@@ -17,6 +16,7 @@ from django.core.management import CommandError, call_command
 from devtools.drill import load
 from devtools.drill.runner import TERMINATED_EXIT, sigterm_as_exit
 from devtools.fake_provider import FakeProvider
+from tests.isolation import free_port
 
 pytestmark = pytest.mark.backend_free
 
@@ -25,12 +25,6 @@ def exit_code(*args: str) -> int:
     with pytest.raises(CommandError) as raised:
         call_command("drill", *args)
     return raised.value.returncode
-
-
-def unused_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.mark.parametrize(
@@ -55,7 +49,7 @@ def test_a_url_without_a_key_exits_2(monkeypatch):
 
 
 def test_an_unreachable_fake_provider_exits_2_with_a_message_not_a_traceback():
-    fake = f"http://127.0.0.1:{unused_port()}"
+    fake = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(CommandError) as raised:
         call_command("drill", "blackhole", "--url", "http://127.0.0.1:9", "--key", "k",
                      "--fake-url", fake, "--fake-url", fake)  # fmt: skip

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from tests.failover_site.test_metrics import (
     token_only,  # noqa: F401 - a fixture, by name
     value,
 )
+from tests.isolation import free_port
 from tests.providers.conftest import (  # noqa: F401 - the routing fixtures
     api,
     clock,
@@ -129,9 +129,7 @@ async def test_two_serving_processes_on_one_directory_report_the_same_totals(
 
 
 def _serve(env: dict[str, str], tmp_path: Path) -> tuple[str, subprocess.Popen]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     log = (tmp_path / f"uvicorn-{port}.log").open("w")
     process = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "failover_site.asgi:application",

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from django.conf import settings
 
 from tests.conftest import child_process_env
 from tests.factories import AUTH
+from tests.isolation import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 QUESTION = "Do you offer refunds?"  # one of the shipped static answers
@@ -50,9 +50,7 @@ def _manage(env: dict[str, str], *args: str) -> str:
 @contextmanager
 def _serving(env: dict[str, str], log_dir: Path) -> Iterator[str]:
     """One uvicorn serving process, as deployed (lifespan on: its background jobs run)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = (log_dir / "uvicorn.log").open("w")
     process = subprocess.Popen(

@@ -24,18 +24,11 @@ from gateway.state.redis_store import RedisStore
 from providers.selectors import policy_get
 from tests.conftest import child_process_env
 from tests.factories import AUTH, make_client_app
+from tests.isolation import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class ServingProcesses(list):
@@ -64,7 +57,7 @@ def serving_processes(providers_configured, tmp_path):
     env = child_process_env(tmp_path)
     processes, urls = [], []
     for _ in range(2):
-        port = _free_port()
+        port = free_port()
         log = (tmp_path / f"uvicorn-{port}.log").open("w")
         processes.append(
             subprocess.Popen(
