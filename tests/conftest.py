@@ -14,8 +14,9 @@ from django.conf import settings
 
 from alerts.raising import request_throttle
 from devtools.fake_provider import FakeProvider
+from devtools.ports import free_port
 from runtime.scheduler import one_off_jobs_settle
-from tests.isolation import RedisClaim, free_port, point_at_claimed_redis, test_database_name
+from tests.isolation import RedisClaim, point_at_claimed_redis, test_database_name
 
 SERVICES_PASS = os.environ.get("FAILOVER_TEST_PASS") == "services"
 REQUIRE_SERVICES = os.environ.get("FAILOVER_REQUIRE_SERVICES") == "1"

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import random
-import socket
 import threading
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -26,25 +24,6 @@ CLAIM_PREFIX = "failover-test:claim:"
 CLAIMABLE_DBS = range(1, 16)
 CLAIM_TTL_S = 90
 _RENEW_EVERY_S = 20
-
-
-# Ports for the servers tests start: below the kernel's ephemeral range, which it hands out to
-# every outgoing connection and every bind to port 0. A port found free that way can be given to
-# someone else before a child process gets round to binding it; one below the range can't.
-SERVER_PORTS = range(10_000, 32_768)
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on now, for a server a test starts later (or a stopped
-    one, as a client sees it): outside the ephemeral range, picked at random among the others'."""
-    while True:
-        port = random.choice(SERVER_PORTS)
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        return port
 
 
 def test_database_name(name: str) -> str:

@@ -27,6 +27,8 @@ from typing import IO, Any
 
 import httpx
 
+from devtools.ports import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 40.0
 STOP_TIMEOUT_S = 20.0
@@ -44,12 +46,6 @@ _NOT_INHERITED = (
 
 class DrillSetupError(RuntimeError):
     """The embedded gateway could not be started: what failed and its output."""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _stop(process: subprocess.Popen[Any], timeout: float = STOP_TIMEOUT_S) -> None:

@@ -28,8 +28,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from devtools.ports import free_port
 from tests.failover_site.test_make_run import running_platform  # noqa: F401 - a fixture
-from tests.isolation import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 OPERATIONS = (ROOT / "docs" / "operations.md").read_text()

@@ -20,8 +20,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from devtools.ports import free_port
 from edge.body_deadline import WATCH_INTERVAL_S, BodyTimedOut, within_deadline
-from tests.isolation import free_port
 
 pytestmark = pytest.mark.backend_free
 

@@ -16,7 +16,7 @@ from django.core.management import CommandError, call_command
 from devtools.drill import load
 from devtools.drill.runner import TERMINATED_EXIT, sigterm_as_exit
 from devtools.fake_provider import FakeProvider
-from tests.isolation import free_port
+from devtools.ports import free_port
 
 pytestmark = pytest.mark.backend_free
 

@@ -16,6 +16,7 @@ import pytest
 import redis
 from django.conf import settings
 
+from devtools.ports import free_port
 from tests.conftest import child_process_env
 from tests.factories import AUTH
 from tests.failover_site.test_metrics import (
@@ -26,7 +27,6 @@ from tests.failover_site.test_metrics import (
     token_only,  # noqa: F401 - a fixture, by name
     value,
 )
-from tests.isolation import free_port
 from tests.providers.conftest import (  # noqa: F401 - the routing fixtures
     api,
     clock,

@@ -19,9 +19,9 @@ import pytest
 import redis
 from django.conf import settings
 
+from devtools.ports import free_port
 from tests.conftest import child_process_env
 from tests.factories import AUTH
-from tests.isolation import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 QUESTION = "Do you offer refunds?"  # one of the shipped static answers

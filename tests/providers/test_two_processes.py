@@ -17,6 +17,7 @@ from django.conf import settings
 from django.db.models import Sum
 
 from billing.models import CallRecord
+from devtools.ports import free_port
 from gateway.adapters.messages import CompletionRequest
 from gateway.engine.budgets import prompt_tokens_reserved
 from gateway.state.contract import spend_key
@@ -24,7 +25,6 @@ from gateway.state.redis_store import RedisStore
 from providers.selectors import policy_get
 from tests.conftest import child_process_env
 from tests.factories import AUTH, make_client_app
-from tests.isolation import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
