@@ -7,7 +7,10 @@ xdist worker of each checkout has a test database and a Redis db of its own (`te
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from django.conf import settings
@@ -16,7 +19,7 @@ from alerts.raising import request_throttle
 from devtools.fake_provider import FakeProvider
 from devtools.ports import free_port
 from runtime.scheduler import one_off_jobs_settle
-from tests.isolation import RedisClaim, point_at_claimed_redis, test_database_name
+from tests.isolation import WORKER, RedisClaim, point_at_claimed_redis, test_database_name
 
 SERVICES_PASS = os.environ.get("FAILOVER_TEST_PASS") == "services"
 REQUIRE_SERVICES = os.environ.get("FAILOVER_REQUIRE_SERVICES") == "1"
@@ -29,6 +32,10 @@ def pytest_configure(config: pytest.Config) -> None:
     # logging one in costs; no test is about the hash's strength.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     runs_tests = not getattr(config.option, "numprocesses", None) or hasattr(config, "workerinput")
+    if runs_tests:
+        # A data directory of this worker's own: a ledger spill file one worker's test writes
+        # is never another's to count or to replay.
+        settings.DATA_DIR = Path(tempfile.mkdtemp(prefix=f"failover-test-{WORKER}-"))
     if SERVICES_PASS and settings.REDIS_URL and runs_tests:
         import redis
 
@@ -42,6 +49,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _redis_claim is not None:
         _redis_claim.release()
+    if Path(settings.DATA_DIR).name.startswith("failover-test-"):
+        shutil.rmtree(settings.DATA_DIR, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
