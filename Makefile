@@ -11,9 +11,11 @@ BIN := $(VENV)/bin
 # (tests/isolation.py), so two checkouts can run the suite at once.
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
-# pytest-xdist workers per pass: one per core (more finish sooner here, but load the machine
-# past what the suite's timing tests allow).
-TEST_WORKERS ?= 2
+# pytest-xdist workers per pass. Two per core: a good part of the suite waits on servers,
+# browsers and clocks, and four workers fill that wait (the two cores stay below full).
+# Whole modules are dealt out, the long ones first (`slow` in tests/conftest.py).
+TEST_WORKERS ?= 4
+XDIST := -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 PYTEST_ARGS ?=
 # The suite starts a few hundred Python processes (workers, servers, commands): with bytecode
 # caching turned off in the environment, each would compile everything it imports again.
@@ -76,7 +78,7 @@ $(NGINX):
 
 test-embedded: $(VENV)/.installed $(CHROMIUM) $(NGINX)
 	$(TEST_ENV) -u DATABASE_URL -u REDIS_URL -u CELERY_BROKER_URL ENV_FILE= DEBUG=true \
-		$(BIN)/pytest -m "not services" -n $(TEST_WORKERS) $(PYTEST_ARGS)
+		$(BIN)/pytest -m "not services" $(XDIST) $(PYTEST_ARGS)
 
 # Set REQUIRE_SERVICES=1 (CI does) to fail instead of skipping when the services are down, and
 # to fail any test that skips. The browser tests drive the control room once, in the embedded
@@ -84,7 +86,7 @@ test-embedded: $(VENV)/.installed $(CHROMIUM) $(NGINX)
 test-services: $(VENV)/.installed $(CHROMIUM) $(NGINX)
 	$(TEST_ENV) ENV_FILE= DEBUG=true DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) \
 		FAILOVER_TEST_PASS=services FAILOVER_REQUIRE_SERVICES=$(REQUIRE_SERVICES) \
-		$(BIN)/pytest -m "not backend_free and not browser" -n $(TEST_WORKERS) $(PYTEST_ARGS)
+		$(BIN)/pytest -m "not backend_free and not browser" $(XDIST) $(PYTEST_ARGS)
 
 ## check: lint, types and the whole suite
 check: lint typecheck test

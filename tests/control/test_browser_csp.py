@@ -11,7 +11,7 @@ import pytest
 from alerts.models import AlertEvent
 from tests.control.conftest import log_in, make_operator, screenshot
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 REPORTER = """
 document.addEventListener("securitypolicyviolation", (event) => {

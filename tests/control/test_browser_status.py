@@ -11,7 +11,7 @@ import pytest
 from providers.models import ConfigChange, FailoverPolicy
 from tests.control.conftest import ask, ask_until, log_in, make_operator, screenshot
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def test_an_operator_logs_in_and_lands_on_the_live_status(page, platform_url):

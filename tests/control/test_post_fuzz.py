@@ -46,7 +46,7 @@ from tests.factories import (
     make_static_answer,
 )
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 
 # The sharpest first: every field of a form gets each of the first ALL_AT_ONCE at once (a
 # one-field form, a few more); a fixed sample of single-field cases draws from them all.

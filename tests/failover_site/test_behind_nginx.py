@@ -31,6 +31,8 @@ import pytest
 from devtools.ports import free_port
 from tests.failover_site.test_make_run import running_platform  # noqa: F401 - a fixture
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 OPERATIONS = (ROOT / "docs" / "operations.md").read_text()
 NGINX = os.environ.get("NGINX", "/usr/sbin/nginx")

@@ -34,7 +34,7 @@ from tests.providers.conftest import (  # noqa: F401 - the routing fixtures
     secondary,
 )
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 ROOT = Path(__file__).resolve().parents[2]
 MiB = 1024 * 1024

@@ -9,7 +9,7 @@ from devtools.drill.runner import Options, execute
 
 # The drill starts its own gateway on its own database: it touches neither this pass's test
 # database nor its shared state, so it runs in the embedded pass.
-pytestmark = pytest.mark.backend_free
+pytestmark = [pytest.mark.slow, pytest.mark.backend_free]
 
 
 def test_a_refused_primary_costs_no_client_an_error_and_the_ledger_holds_every_request():

@@ -24,7 +24,7 @@ from runtime.gateway import Gateway
 from tests.factories import TEST_CLIENT_KEY, make_client_app, make_user
 from tests.providers.conftest import ledger_rows, update_policy
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 COMPLETE = "/api/v1/complete"
 CHAT = "/v1/chat/completions"

@@ -19,7 +19,7 @@ import pytest
 from devtools.fake_provider import DEFAULT_TEXT, ConfigError, FakeProvider
 
 # Touches neither the database nor the shared state: the services pass leaves it out.
-pytestmark = pytest.mark.backend_free
+pytestmark = [pytest.mark.slow, pytest.mark.backend_free]
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMPT = [

@@ -21,7 +21,7 @@ from providers.models import Provider
 from tests.factories import TEST_CLIENT_KEY
 from tests.providers.conftest import ledger_rows
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 URL = "/v1/chat/completions"
 HELLO = [{"role": "user", "content": "Say hello."}]

@@ -32,6 +32,7 @@ from tests.providers.conftest import _flush_test_redis, serve_platform
 # The tests on the document itself touch no database and no shared state; the others get the
 # database through the platform's fixtures.
 pure = pytest.mark.backend_free
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 # The shared reference documents sit beside the project (see their README), or where

@@ -21,7 +21,7 @@ from tests.providers.conftest import (
     update_policy,
 )
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
 async def test_the_primary_answers_when_healthy(api, gateway, primary, secondary):

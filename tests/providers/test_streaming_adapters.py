@@ -24,7 +24,7 @@ from runtime.gateway import settings_for_clients
 from tests.providers.test_adapters import MODELS, PROMPT, SYSTEM, provider_config, shop_question
 
 # Touches neither the database nor the shared state: the services pass leaves it out.
-pytestmark = pytest.mark.backend_free
+pytestmark = [pytest.mark.slow, pytest.mark.backend_free]
 
 PROMPT_WORDS = len(SYSTEM.split()) + len(PROMPT.split())
 ANSWER_WORDS = len(DEFAULT_TEXT.split())

@@ -28,7 +28,7 @@ from tests.factories import AUTH, make_client_app
 
 ROOT = Path(__file__).resolve().parents[2]
 
-pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.slow, pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
 
 class ServingProcesses(list):
@@ -88,6 +88,22 @@ def serving_processes(providers_configured, tmp_path):
         redis.Redis.from_url(settings.REDIS_URL).flushdb()
 
 
+def _announce_change(urls: list[str]) -> None:
+    """Tell the processes of a change as the admin does (the version moves in Redis), then wait
+    until each serves it: they poll the version every 0.5 s, later on a busy machine."""
+    version = redis.Redis.from_url(settings.REDIS_URL).incr("fo:config:version")
+    deadline = time.monotonic() + 20
+    for url in urls:
+        while True:
+            response = httpx.get(f"{url}/api/v1/status", headers=AUTH, timeout=5)
+            assert response.status_code == 200, response.text
+            serving = response.json()["config_version"]
+            if serving >= version:
+                break
+            assert time.monotonic() < deadline, f"{url} still serves version {serving} of {version}"
+            time.sleep(0.05)
+
+
 def _ask(url: str, prompt: str = "Say hello.") -> dict:
     response = httpx.post(
         f"{url}/api/v1/complete", json={"prompt": prompt}, headers=AUTH, timeout=10
@@ -114,9 +130,7 @@ def test_half_open_probes_are_n_in_total_across_processes(serving_processes, pri
     policy = policy_get()
     policy.cooldown_s, policy.max_cooldown_s = 1, 600
     policy.save()
-    # No admin here: tell the processes the way the admin does.
-    redis.Redis.from_url(settings.REDIS_URL).incr("fo:config:version")
-    time.sleep(1.2)  # both processes poll the version every 0.5 s
+    _announce_change(serving_processes)  # no admin here
     first, second = serving_processes
     primary.set_fault(mode="error")
     for _ in range(3):
@@ -162,8 +176,7 @@ def test_every_request_of_both_processes_reaches_the_ledger(serving_processes, p
 def test_a_client_apps_rate_limit_holds_across_processes(serving_processes, primary):
     key = "fgw_two-process-rate-key-00000000000000000000000"
     make_client_app(key=key, name="two-process", requests_per_minute=6)
-    redis.Redis.from_url(settings.REDIS_URL).incr("fo:config:version")
-    time.sleep(1.2)  # both processes poll the version every 0.5 s
+    _announce_change(serving_processes)
     first, second = serving_processes
     statuses, waits = [], []
     for url in [first, second] * 5:
@@ -181,7 +194,7 @@ def test_a_client_apps_rate_limit_holds_across_processes(serving_processes, prim
     assert primary.calls == 6  # a refused request called nothing
 
 
-def _paid_only(cap: str, **policy_values) -> int:
+def _paid_only(urls: list[str], cap: str, **policy_values) -> int:
     """The cloud provider alone, at prices where "Say hello." with `ONE_CENT_TOKENS` answer
     tokens holds exactly 0.01; a day's budget of `cap` for all traffic."""
     from billing.models import Budget
@@ -196,8 +209,7 @@ def _paid_only(cap: str, **policy_values) -> int:
     for name, value in policy_values.items():
         setattr(policy, name, value)
     policy.save()
-    redis.Redis.from_url(settings.REDIS_URL).incr("fo:config:version")
-    time.sleep(1.2)  # both processes poll the version every 0.5 s
+    _announce_change(urls)
     return budget.pk
 
 
@@ -218,7 +230,7 @@ def _holds(budget_id: int) -> tuple[int, float]:
 
 
 def test_a_budget_holds_under_concurrent_requests_across_processes(serving_processes, secondary):
-    budget_id = _paid_only("0.10")
+    budget_id = _paid_only(serving_processes, "0.10")
     secondary.set_fault(mode="slow", delay_ms=500)
     first, second = serving_processes
     body = {"prompt": "Say hello.", "max_tokens": ONE_CENT_TOKENS, "priority": "high",
@@ -248,7 +260,7 @@ def test_a_budget_holds_under_concurrent_requests_across_processes(serving_proce
 
 
 def test_a_hold_left_by_a_process_killed_mid_call_lapses(serving_processes, secondary):
-    budget_id = _paid_only("0.01", request_deadline_s=1.0)
+    budget_id = _paid_only(serving_processes, "0.01", request_deadline_s=1.0)
     secondary.set_fault(mode="slow", delay_ms=3000)
     first, second = serving_processes
     body = {"prompt": "Say hello.", "max_tokens": ONE_CENT_TOKENS, "priority": "high",
