@@ -51,7 +51,11 @@ def _p99(ring: deque[float]) -> float | None:
 def gave_up(admitted: BreakerState, heard: BreakerState) -> bool:
     """Has the breaker given up on a provider since it admitted this call? Opened (or
     half-opened again for other calls' probes), or disabled by an operator. A breaker forced
-    closed never gives up."""
+    closed never gives up. A reading older than the one the call was admitted on is no news:
+    the "open" this process heard before the cooldown ended must not move on a probe the
+    half-open breaker has just admitted (its slot would be spent on no call)."""
+    if heard.version < admitted.version:
+        return False
     if heard.mode == Mode.DISABLED:
         return True
     if heard.mode == Mode.FORCED_CLOSED:

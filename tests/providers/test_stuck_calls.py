@@ -61,6 +61,14 @@ class TestTheThreshold:
         probing = BreakerState(state=State.HALF_OPEN, version=6)
         assert not gave_up(probing, probing)  # still the round that admitted this probe
 
+    def test_an_older_reading_than_the_calls_own_is_no_news(self):
+        """The "open" a process heard before the cooldown ended, checked by a probe the
+        half-open breaker has since admitted: the probe goes on."""
+        probing = BreakerState(state=State.HALF_OPEN, version=6)
+        assert not gave_up(probing, BreakerState(state=State.OPEN, version=5))
+        assert not gave_up(probing, BreakerState(mode=Mode.DISABLED, version=5))
+        assert gave_up(probing, BreakerState(state=State.OPEN, version=7))  # the probe failed
+
 
 class TestTheBreakerCountsStuckCalls:
     """The stuck-call rule as pure breaker code with a moved clock."""
