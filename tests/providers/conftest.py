@@ -27,6 +27,7 @@ from providers.selectors import policy_get
 from providers.services.seeding import static_answers_load_defaults
 from runtime.gateway import Gateway, make_store, set_gateway
 from tests.factories import AUTH, make_client_app
+from tests.providers.route_bench import STORES, RouteBench, route_bench
 
 
 @dataclass
@@ -60,6 +61,13 @@ def secondary(secondary_fake: FakeProvider) -> Iterator[FakeProvider]:
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
+
+
+@pytest.fixture(params=STORES)
+async def bench(request, primary, secondary, clock) -> AsyncIterator[RouteBench]:
+    """Routing at `route()` (`route_bench.py`), once on each store."""
+    async for ready in route_bench(request.param, primary, secondary, clock):
+        yield ready
 
 
 @pytest.fixture

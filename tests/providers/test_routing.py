@@ -1,4 +1,5 @@
-"""The cascade end to end: the real ASGI app, the real router, fake providers over loopback."""
+"""The cascade end to end: the real ASGI app, the real router, fake providers over loopback.
+The breaker's own cycle is tested at `route()` (`test_breaker_cycle.py`)."""
 
 from __future__ import annotations
 
@@ -91,91 +92,6 @@ async def test_no_static_match_gets_the_degradation_message(api, gateway, primar
     body = (await ask(api, "Write me a sonnet about turnips.")).json()
     assert body["tier"] == "degraded" and body["is_fallback"] is True
     assert body["text"].startswith("Sorry, our assistant is temporarily unavailable")
-
-
-async def test_three_consecutive_failures_open_the_breaker_and_the_primary_gets_no_more_calls(
-    api, gateway, primary, secondary
-):
-    primary.set_fault(mode="error")
-    for _ in range(3):
-        assert (await ask(api)).json()["provider"] == "openai-cloud"
-    assert primary.calls == 3
-    for _ in range(5):
-        body = (await ask(api)).json()
-        assert body["provider"] == "openai-cloud"
-    assert primary.calls == 3
-    records = await ledger_rows(gateway)
-    assert records[-1].reason == "primary_breaker_open"
-    assert records[-1].attempts[0] == {
-        "provider": "ollama-local",
-        "outcome": "skipped",
-        "error_class": "breaker_open",
-    }
-
-
-async def _open_primary(api, primary) -> None:
-    primary.set_fault(mode="error")
-    for _ in range(3):
-        await ask(api)
-    primary.set_fault(mode="ok")
-
-
-async def test_after_the_cooldown_exactly_n_probes_then_closed_and_the_backoff_resets(
-    api, gateway, clock, primary, secondary
-):
-    await _open_primary(api, primary)
-    calls_when_opened = primary.calls
-    clock.advance(59)
-    await ask(api)
-    assert primary.calls == calls_when_opened  # still cooling down
-    clock.advance(2)
-    primary.set_fault(mode="slow", delay_ms=300)
-    answers = await asyncio.gather(*(ask(api) for _ in range(10)))
-    assert primary.calls - calls_when_opened == 3  # three probes in total, not ten
-    providers = [a.json()["provider"] for a in answers]
-    assert providers.count("ollama-local") == 3 and providers.count("openai-cloud") == 7
-    state, _ = await gateway.store.read("ollama-local")
-    assert state.state == State.CLOSED and state.reopens == 0
-    assert (await ask(api)).json()["provider"] == "ollama-local"
-
-
-async def test_a_failed_probe_reopens_with_a_longer_cooldown(api, gateway, clock, primary):
-    await _open_primary(api, primary)
-    clock.advance(61)
-    primary.set_fault(mode="error")
-    await ask(api)  # the probe fails
-    state, _ = await gateway.store.read("ollama-local")
-    assert state.state == State.OPEN and state.open_until - clock.now == pytest.approx(120)
-    calls = primary.calls
-    clock.advance(61)
-    await ask(api)
-    assert primary.calls == calls  # 60 s is no longer enough
-    clock.advance(60)
-    primary.set_fault(mode="ok")
-    assert (await ask(api)).json()["provider"] == "ollama-local"
-
-
-async def test_a_429_with_retry_after_means_no_call_before_it_expires(api, gateway, clock, primary):
-    primary.set_fault(mode="rate_limit", retry_after="30")
-    assert (await ask(api)).json()["provider"] == "openai-cloud"
-    assert primary.calls == 1
-    primary.set_fault(mode="ok")
-    clock.advance(29)
-    await ask(api)
-    assert primary.calls == 1
-    clock.advance(2)
-    assert (await ask(api)).json()["provider"] == "ollama-local"
-    state, _ = await gateway.store.read("ollama-local")
-    assert state.reopens == 0  # a rate limit is not a failure: no growing backoff
-
-
-async def test_a_401_opens_the_breaker_at_once(api, gateway, primary):
-    primary.set_fault(mode="unauthorized")
-    await ask(api)
-    state, _ = await gateway.store.read("ollama-local")
-    assert (state.state, state.reason) == (State.OPEN, "auth")
-    await ask(api)
-    assert primary.calls == 1
 
 
 async def test_the_secondarys_400_goes_back_to_the_client_with_no_failover(
