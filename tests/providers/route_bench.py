@@ -4,6 +4,7 @@ ledger: what the walk decides and what it leaves in the store, and nothing else.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import replace
 from typing import Any
@@ -16,6 +17,7 @@ from devtools.fake_provider import FakeProvider
 from gateway.adapters.messages import CompletionRequest
 from gateway.engine.clock import Clock
 from gateway.engine.config import PolicyConfig, ProviderConfig, Snapshot
+from gateway.engine.faq import FaqEntry, FaqIndex
 from gateway.routing.cascade import route
 from gateway.routing.ports import Ports
 from gateway.routing.result import RouteResult
@@ -23,6 +25,7 @@ from gateway.routing.walk import RouteRequest
 from gateway.state.memory_store import MemoryStore
 from gateway.state.redis_store import RedisStore
 from gateway.state.resilient_store import ResilientStore
+from providers.services.seeding import DEFAULT_ANSWERS_FILE
 from runtime.gateway import Gateway
 
 # Each test on both stores: memory in the embedded pass, Redis in the services pass.
@@ -58,6 +61,17 @@ class RouteBench:
             self.snapshot,
             version=self.snapshot.version + 1,
             policy=replace(self.snapshot.policy, **values),
+        )
+
+    def provider(self, name: str, **values: Any) -> None:
+        """Change one provider, served from the next request on."""
+        self.snapshot = replace(
+            self.snapshot,
+            version=self.snapshot.version + 1,
+            providers=tuple(
+                replace(provider, **values) if provider.name == name else provider
+                for provider in self.snapshot.providers
+            ),
         )
 
     async def ask(self, prompt: str = "Say hello.", **fields: Any) -> RouteResult:
@@ -96,6 +110,23 @@ def two_providers(primary: FakeProvider, secondary: FakeProvider) -> Snapshot:
             ),
         ),
         policy=PolicyConfig(),
+        faq=shipped_answers(),
+    )
+
+
+def shipped_answers() -> FaqIndex:
+    """The static tier's index over the 50 answers the product ships, as a first start loads
+    them (`providers/data/static_answers.json`)."""
+    answers = json.loads(DEFAULT_ANSWERS_FILE.read_text(encoding="utf-8"))
+    return FaqIndex(
+        tuple(
+            FaqEntry(
+                answer_id=n,
+                answer=answer["answer"],
+                phrasings=(answer["question"], *answer["alternatives"]),
+            )
+            for n, answer in enumerate(answers, start=1)
+        )
     )
 
 
