@@ -65,13 +65,15 @@ class RouteBench:
 
     def provider(self, name: str, **values: Any) -> None:
         """Change one provider, served from the next request on."""
+        changed = (
+            replace(provider, **values) if provider.name == name else provider
+            for provider in self.snapshot.providers
+        )
+        # In the snapshot's order: by priority, then by name (`providers.selectors`).
         self.snapshot = replace(
             self.snapshot,
             version=self.snapshot.version + 1,
-            providers=tuple(
-                replace(provider, **values) if provider.name == name else provider
-                for provider in self.snapshot.providers
-            ),
+            providers=tuple(sorted(changed, key=lambda p: (p.priority, p.name))),
         )
 
     async def ask(self, prompt: str = "Say hello.", **fields: Any) -> RouteResult:

@@ -1,24 +1,20 @@
-"""The routing strategies end to end, through /api/v1/complete with fake providers over loopback.
+"""The hedged strategy end to end, through /api/v1/complete with fake providers over loopback
+(the weighted and priority strategies are tested at `route()`: `test_weighted_strategy.py`).
 
-Hedged: a provider that hasn't answered within `hedge_after_ms` gets company from the next one;
-the first good answer wins and the loser is cancelled, uncharged. Weighted: providers of one
-priority share traffic by weight, each user kept on one of them. Priority: weights ignored."""
+A provider that hasn't answered within `hedge_after_ms` gets company from the next one; the
+first good answer wins and the loser is cancelled, uncharged."""
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections import Counter
 from typing import Any
 
 import pytest
-from asgiref.sync import sync_to_async
 
 from gateway.adapters.messages import CompletionRequest
 from gateway.engine.breaker import State
 from gateway.routing.cascade import RouteRequest, finish_stream, route
 from gateway.state.contract import Windows
-from providers.models import Provider
 from tests.providers.conftest import ask, ledger_rows, update_policy
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -27,18 +23,6 @@ PRIMARY_TEXT = "Hello from the local model."
 SECONDARY_TEXT = "Hello from the cloud model."
 # Behaviour bounds, not benchmarks: generous against a busy machine.
 HEDGE_BOUND_S = 2.0
-
-
-async def set_providers(gateway, changes: dict[str, dict[str, Any]]) -> None:
-    """Change provider rows by name, then serve the change at once."""
-
-    def change() -> None:
-        for name, values in changes.items():
-            Provider.objects.filter(name=name).update(**values)
-
-    await sync_to_async(change)()
-    gateway.snapshots.mark_stale()
-    await gateway.snapshots.refresh()
 
 
 async def timed_ask(api, prompt: str = "Say hello.", **fields: Any) -> tuple[dict, float]:
@@ -226,130 +210,3 @@ async def test_hedged_a_stream_slow_to_its_first_token_loses_to_the_next_provide
     }
     state, summary = await primary_breaker(gateway)
     assert state.consecutive_failures == 0 and summary.failures == 0
-
-
-# Weighted --------------------------------------------------------------------------------------
-
-REQUESTS = 1000
-# The primary (priority 10) weighs next to nothing, the secondary (priority 20) all it can.
-LOPSIDED_WEIGHTS = {"ollama-local": {"weight": 1}, "openai-cloud": {"weight": 10_000}}
-BATCH = 50
-# 1000 draws at 70 %: one standard deviation is about 1.5 points, so 6 is four of them.
-TOLERANCE = 0.06
-
-
-# No call counted stuck, nor passed over for its first byte, before 10 s: a batch of requests
-# answered by one loop on a loaded 2-core machine can wait past the 1 s floor or the 1.5 s
-# first-byte bound of a provider with no history yet, and either would move a request off its
-# provider (the stuck rule and the bound have tests of their own).
-UNHURRIED = {"stuck_floor_s": 10.0, "first_byte_bound_s": 10.0}
-WEIGHTED = {"strategy": "weighted", **UNHURRIED}
-
-
-async def share_one_priority(gateway, *, local_weight: int = 70, cloud_weight: int = 30) -> None:
-    await set_providers(
-        gateway,
-        {
-            "ollama-local": {"priority": 10, "weight": local_weight},
-            "openai-cloud": {"priority": 10, "weight": cloud_weight},
-        },
-    )
-
-
-async def providers_answering(api, requests: list[dict[str, Any]]) -> list[str]:
-    """The provider of each answer, the requests sent `BATCH` at a time."""
-    answered: list[str] = []
-    for start in range(0, len(requests), BATCH):
-        batch = requests[start : start + BATCH]
-        responses = await asyncio.gather(*(ask(api, **fields) for fields in batch))
-        assert all(r.status_code == 200 for r in responses)
-        answered += [r.json()["provider"] for r in responses]
-    return answered
-
-
-async def test_weighted_same_priority_providers_split_distinct_users_by_weight(
-    api, gateway, primary, secondary
-):
-    await share_one_priority(gateway)
-    await update_policy(**WEIGHTED)
-
-    answered = await providers_answering(api, [{"user": f"user-{i}"} for i in range(REQUESTS)])
-
-    split = Counter(answered)
-    assert set(split) == {"ollama-local", "openai-cloud"}
-    assert split["ollama-local"] / REQUESTS == pytest.approx(0.70, abs=TOLERANCE)
-    assert (primary.calls, secondary.calls) == (split["ollama-local"], split["openai-cloud"])
-
-
-async def test_weighted_the_same_user_always_lands_on_the_same_provider(
-    api, gateway, primary, secondary
-):
-    await share_one_priority(gateway, local_weight=50, cloud_weight=50)
-    await update_policy(**WEIGHTED)
-    users = [f"user-{i}" for i in range(10)]
-
-    answered = await providers_answering(api, [{"user": u} for u in users for _ in range(20)])
-
-    by_user = {u: set(answered[i * 20 : (i + 1) * 20]) for i, u in enumerate(users)}
-    assert all(len(providers) == 1 for providers in by_user.values()), by_user
-    # Ten users at 50/50 all on one side would be one chance in 500: stickiness isn't that.
-    assert set().union(*by_user.values()) == {"ollama-local", "openai-cloud"}
-
-
-async def test_weighted_requests_without_a_user_still_split_by_weight(
-    api, gateway, primary, secondary
-):
-    await share_one_priority(gateway)
-    await update_policy(**WEIGHTED)
-
-    answered = await providers_answering(api, [{} for _ in range(REQUESTS)])
-
-    share = Counter(answered)["ollama-local"] / REQUESTS
-    assert share == pytest.approx(0.70, abs=TOLERANCE)
-
-
-async def test_weighted_a_users_provider_failing_sends_the_user_to_the_other(
-    api, gateway, primary, secondary
-):
-    await share_one_priority(gateway)
-    await update_policy(**WEIGHTED)
-    primary.set_fault(mode="error", status=503)
-
-    answered = await providers_answering(api, [{"user": f"user-{i}"} for i in range(20)])
-
-    assert set(answered) == {"openai-cloud"}
-
-
-async def test_weighted_weights_only_split_providers_of_the_same_priority(
-    api, gateway, primary, secondary
-):
-    await set_providers(gateway, LOPSIDED_WEIGHTS)
-    await update_policy(**WEIGHTED)
-
-    answered = await providers_answering(api, [{"user": f"user-{i}"} for i in range(50)])
-
-    assert set(answered) == {"ollama-local"}
-    assert secondary.calls == 0
-
-
-async def test_the_priority_strategy_ignores_weights(api, gateway, primary, secondary):
-    await share_one_priority(gateway, local_weight=1, cloud_weight=10_000)
-    await update_policy(strategy="priority", **UNHURRIED)
-
-    answered = await providers_answering(api, [{"user": f"user-{i}"} for i in range(50)])
-
-    # Equal priorities keep their order by name: ollama-local before openai-cloud.
-    assert set(answered) == {"ollama-local"}
-    assert secondary.calls == 0
-
-
-async def test_the_priority_strategy_sends_everything_to_the_lowest_priority(
-    api, gateway, primary, secondary
-):
-    await set_providers(gateway, LOPSIDED_WEIGHTS)
-    await update_policy(**UNHURRIED)  # the priority strategy, the default
-
-    answered = await providers_answering(api, [{"user": f"user-{i}"} for i in range(50)])
-
-    assert set(answered) == {"ollama-local"}
-    assert secondary.calls == 0
