@@ -27,7 +27,7 @@ from providers.selectors import policy_get
 from providers.services.seeding import static_answers_load_defaults
 from runtime.gateway import Gateway, make_store, set_gateway
 from tests.factories import AUTH, make_client_app
-from tests.providers.route_bench import STORES, RouteBench, route_bench
+from tests.providers.route_bench import RouteBench, two_providers
 
 
 @dataclass
@@ -63,11 +63,18 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
-@pytest.fixture(params=STORES)
-async def bench(request, primary, secondary, clock) -> AsyncIterator[RouteBench]:
-    """Routing at `route()` (`route_bench.py`), once on each store."""
-    async for ready in route_bench(request.param, primary, secondary, clock):
-        yield ready
+@pytest.fixture
+async def bench(primary, secondary, clock) -> AsyncIterator[RouteBench]:
+    """Routing at `route()` (`route_bench.py`) on the store this pass runs (memory, or the
+    test Redis), with no database."""
+    _flush_test_redis()
+    gateway = Gateway(store=make_store(), clock=Clock(wall=clock.wall, mono=time.monotonic))
+    try:
+        yield RouteBench(gateway, two_providers(primary, secondary))
+    finally:
+        await gateway.adapters.aclose()
+        await gateway.store.aclose()
+        _flush_test_redis()
 
 
 @pytest.fixture

@@ -1,38 +1,24 @@
-"""Routing at `route()` itself: an in-memory snapshot, the store of the pass (memory; Redis in
-the services pass) and the suite's fake providers over loopback. No database, no ASGI app, no
-ledger: what the walk decides and what it leaves in the store, and nothing else."""
+"""Routing at `route()` itself (the `bench` fixture, `conftest.py`): an in-memory snapshot, the
+store of the pass (memory; Redis in the services pass) and the suite's fake providers over
+loopback. No database, no ASGI app, no ledger: what the walk decides and what it leaves in the
+store, and nothing else."""
 
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import replace
 from typing import Any
 
-import pytest
-import redis
-from django.conf import settings
-
 from devtools.fake_provider import FakeProvider
 from gateway.adapters.messages import CompletionRequest
-from gateway.engine.clock import Clock
 from gateway.engine.config import PolicyConfig, ProviderConfig, Snapshot
 from gateway.engine.faq import FaqEntry, FaqIndex
 from gateway.routing.cascade import route
 from gateway.routing.ports import Ports
 from gateway.routing.result import RouteResult
 from gateway.routing.walk import RouteRequest
-from gateway.state.memory_store import MemoryStore
-from gateway.state.redis_store import RedisStore
-from gateway.state.resilient_store import ResilientStore
 from providers.services.seeding import DEFAULT_ANSWERS_FILE
 from runtime.gateway import Gateway
-
-# Each test on both stores: memory in the embedded pass, Redis in the services pass.
-STORES = [
-    pytest.param("memory", marks=pytest.mark.backend_free),
-    pytest.param("redis", marks=pytest.mark.services),
-]
 
 
 class RouteBench:
@@ -130,25 +116,3 @@ def shipped_answers() -> FaqIndex:
             for n, answer in enumerate(answers, start=1)
         )
     )
-
-
-def _store(kind: str) -> MemoryStore | ResilientStore:
-    if kind == "memory":
-        return MemoryStore()
-    if not settings.REDIS_URL:
-        pytest.skip("needs Redis: runs in the services pass")
-    return ResilientStore(RedisStore(settings.REDIS_URL))
-
-
-async def route_bench(kind: str, primary: FakeProvider, secondary: FakeProvider, clock: Any):
-    """A `RouteBench` on the `kind` of store (`STORES`), closed when the test ends."""
-    if kind == "redis":
-        redis.Redis.from_url(settings.REDIS_URL).flushdb()
-    gateway = Gateway(store=_store(kind), clock=Clock(wall=clock.wall, mono=time.monotonic))
-    try:
-        yield RouteBench(gateway, two_providers(primary, secondary))
-    finally:
-        await gateway.adapters.aclose()
-        await gateway.store.aclose()
-        if kind == "redis":
-            redis.Redis.from_url(settings.REDIS_URL).flushdb()
