@@ -177,11 +177,20 @@ async def round_trips_of_steady_requests(
     return counts
 
 
-async def ledger_rows(gateway: Gateway) -> list:
+async def ledger_rows(gateway: Gateway, at_least: int = 0, timeout: float = 10.0) -> list:
+    """The ledger's rows, oldest first, once `at_least` of them are written. A streamed
+    answer's row is added after its last byte, which the client may read first: a test that
+    read a stream names the rows it waits for (polled, with a deadline)."""
     from billing.models import CallRecord
 
-    await gateway.ledger.flush()
-    return await sync_to_async(lambda: list(CallRecord.objects.order_by("created_at", "id")))()
+    deadline = time.monotonic() + timeout
+    while True:
+        await gateway.ledger.flush()
+        rows = await sync_to_async(lambda: list(CallRecord.objects.order_by("created_at", "id")))()
+        if len(rows) >= at_least:
+            return rows
+        assert time.monotonic() < deadline, f"{len(rows)} ledger rows of {at_least} in time"
+        await asyncio.sleep(0.05)
 
 
 async def update_policy(**values) -> None:

@@ -90,7 +90,9 @@ def sdk(live_url: str) -> openai.AsyncOpenAI:
 
 
 async def attempts_of_last(gateway) -> list[dict]:
-    return (await ledger_rows(gateway))[-1].attempts
+    """The attempts of the one request a test made (a streamed one's row comes after its
+    last byte, so it is waited for)."""
+    return (await ledger_rows(gateway, at_least=1))[-1].attempts
 
 
 async def test_a_compliant_tool_call_is_served_by_the_first_provider(

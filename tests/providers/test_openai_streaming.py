@@ -7,7 +7,6 @@ and a stream that breaks ends in an error event, never in another provider's tex
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from typing import Any
@@ -65,16 +64,9 @@ async def raw_events(live_url: str, body: dict[str, Any]) -> list[str]:
 
 
 async def the_ledger_row(gateway, timeout: float = 10.0) -> Any:
-    """The one ledger row, once the stream has ended: it is written after the last byte, so
-    it is polled for, with a deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        rows = await ledger_rows(gateway)
-        if rows:
-            [row] = rows
-            return row
-        assert time.monotonic() < deadline, "no ledger row in time"
-        await asyncio.sleep(0.05)
+    """The one ledger row, once the stream has ended (it is written after the last byte)."""
+    [row] = await ledger_rows(gateway, at_least=1, timeout=timeout)
+    return row
 
 
 # Who answers ------------------------------------------------------------------------------
