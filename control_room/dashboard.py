@@ -17,7 +17,7 @@ from gateway.engine.health import DEGRADED, DOWN, LOADING, Health, provider_heal
 from gateway.state.contract import Windows, WindowSummary, spend_key
 from providers.models import FailoverPolicy, Incident, KillSwitch, Provider
 from providers.selectors import policy_get
-from runtime.gateway import Gateway, get_gateway
+from runtime.gateway import Gateway
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,9 +147,8 @@ def _budget_use(budget: Budget, spent: float, currency: str) -> BudgetUse:
     )
 
 
-def control_status(gateway: Gateway | None = None) -> ControlStatus:
+def control_status(gateway: Gateway) -> ControlStatus:
     """Everything the status page shows (sync: the admin's views are)."""
-    gateway = gateway or get_gateway()
     policy = policy_get()
     providers = list(Provider.objects.order_by("priority", "name"))
     budgets = list(Budget.objects.filter(enabled=True).select_related("provider", "client_app"))

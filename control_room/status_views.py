@@ -20,7 +20,7 @@ from providers.form_input import FormInput
 from providers.models import KillSwitch, Provider
 from providers.permissions import status_viewer
 from providers.services import policy, provider_actions
-from runtime.gateway import get_gateway
+from runtime.gateway import Gateway, NotServing, gateway_of
 
 KILL_SWITCH_PERMISSION = "providers.flip_kill_switch"
 PROVIDER_PERMISSION = "providers.change_provider"
@@ -52,15 +52,25 @@ def _status_viewer(request: HttpRequest) -> None:
 
 
 def status_context(request: HttpRequest, **extra: Any) -> dict[str, Any]:
+    """The panel's context; without a serving gateway (a server that ran no lifespan), the
+    panel says so in place of the status."""
     user = request.user
+    gateway = _gateway_or_none(request)
     return {
-        "control": control_status(),
+        "control": control_status(gateway) if gateway is not None else None,
         "can_flip": user.has_perm(KILL_SWITCH_PERMISSION),
         "can_change_providers": user.has_perm(PROVIDER_PERMISSION),
         "kill_switch_choices": KillSwitch.choices,
         "all_providers": Provider.objects.order_by("priority", "name"),
         **extra,
     }
+
+
+def _gateway_or_none(request: HttpRequest) -> Gateway | None:
+    try:
+        return gateway_of(request)
+    except NotServing:
+        return None
 
 
 def _panel(request: HttpRequest, status: int = 200, **extra: Any) -> TemplateResponse:
@@ -123,14 +133,20 @@ def provider_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
             if moved
             else f"{provider.name} is already at the end."
         )
-    elif action == "reset":
-        provider_actions.breaker_set_mode(
-            provider=provider, mode=Mode.AUTO, actor=user, store=get_gateway().store
-        )
-        notice = f"{provider.name}: breaker reset (closed, automatic)."
     else:
+        gateway = _gateway_or_none(request)
+        if gateway is None:
+            return _panel(request, status=503)  # the panel says why
+        reset = action == "reset"
         provider_actions.breaker_set_mode(
-            provider=provider, mode=Mode.DISABLED, actor=user, store=get_gateway().store
+            provider=provider,
+            mode=Mode.AUTO if reset else Mode.DISABLED,
+            actor=user,
+            store=gateway.store,
         )
-        notice = f"{provider.name}: breaker forced open; no calls go to it until reset."
+        notice = (
+            f"{provider.name}: breaker reset (closed, automatic)."
+            if reset
+            else f"{provider.name}: breaker forced open; no calls go to it until reset."
+        )
     return _panel(request, notice=notice)

@@ -47,7 +47,7 @@ from gateway.engine.health import DEGRADED, DISABLED, DOWN, HEALTHY, provider_he
 from gateway.routing.settling import windows
 from gateway.state.contract import StatusRead, spend_key
 from runtime.background import run_db
-from runtime.gateway import Gateway, get_gateway
+from runtime.gateway import Gateway, NotServing, gateway_of
 from runtime.ledger import LedgerWriter, rejected_dir, spill_dir
 from runtime.metrics import COUNTED, LEDGER_QUEUE
 
@@ -68,8 +68,12 @@ async def metrics(request: HttpRequest) -> HttpResponse:
     refusal = access_refusal(request)
     if refusal is not None:
         return refusal
-    body = await scrape(get_gateway())
-    return HttpResponse(body, content_type=CONTENT_TYPE)
+    try:
+        gateway = gateway_of(request)
+    except NotServing as exc:
+        logger.error("%s", exc)
+        return error_response(ApiError(503, "not_started", "The gateway is not started."))
+    return HttpResponse(await scrape(gateway), content_type=CONTENT_TYPE)
 
 
 def access_refusal(request: HttpRequest) -> JsonResponse | None:

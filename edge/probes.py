@@ -1,7 +1,8 @@
 """Liveness and readiness probes for load balancers and orchestrators.
 
 `/healthz` answers as long as the process serves requests. `/readyz` also reaches the database
-and, when REDIS_URL is configured, Redis; it answers 503 when either is unreachable, so a
+and, when REDIS_URL is configured, Redis; it answers 503 when either is unreachable (or the
+process's gateway is not started: a server without the lifespan protocol), so a
 balancer takes the process out of rotation rather than sending it traffic. Only a client at one
 of `PROBE_DETAIL_ALLOWED_IPS` is told which check failed and why: the error text describes the
 services behind the gateway.
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import ipaddress
+import logging
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -26,7 +28,9 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 
 from edge.api.access import client_address
-from runtime.gateway import get_gateway
+from runtime.gateway import NotServing, gateway_of
+
+logger = logging.getLogger(__name__)
 
 # A probe that waits longer than the balancer's own timeout is worse than a clear "no".
 CHECK_TIMEOUT_S = 2.0
@@ -70,7 +74,16 @@ async def healthz(request: HttpRequest) -> JsonResponse:
 @require_GET
 async def readyz(request: HttpRequest) -> JsonResponse:
     database, redis_check = await asyncio.gather(_check_database(), _check_redis())
-    ready = database["ok"] and redis_check["ok"]
+    serving = True
+    try:
+        # What the router itself last saw of the shared state (memory, or Redis and whether
+        # it fell back to local state).
+        state_store = gateway_of(request).store.health()
+    except NotServing as exc:
+        serving = False
+        state_store = {"ok": False, "error": "the gateway is not started"}
+        logger.error("%s", exc)
+    ready = serving and database["ok"] and redis_check["ok"]
     status = 200 if ready else 503
     if not _may_see_detail(client_address(request)):
         return JsonResponse({"status": "ready" if ready else "not_ready"}, status=status)
@@ -80,9 +93,7 @@ async def readyz(request: HttpRequest) -> JsonResponse:
         {
             "status": "ready" if ready else "not_ready",
             "checks": {"database": database, "redis": redis_check},
-            # What the router itself last saw of the shared state (memory, or Redis and
-            # whether it fell back to local state).
-            "state_store": get_gateway().store.health(),
+            "state_store": state_store,
         },
         status=status,
     )

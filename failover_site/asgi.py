@@ -3,8 +3,9 @@
 Two Django handlers share the process (`handlers.py`). The frontends' API paths go to a lean
 handler that keeps every request on the event loop; everything else (the admin, the probes)
 gets the full stack with its middleware. Both refuse an oversize body as it arrives. The
-lifespan protocol starts the process's background jobs, and on shutdown stops them, flushes the
-call ledger and closes the provider connections.
+lifespan protocol builds the process's gateway and hands it in through the lifespan state (the
+server copies it into every request's scope), starts the background jobs, and on shutdown stops
+them, flushes the call ledger and closes the provider connections.
 """
 
 from __future__ import annotations
@@ -24,13 +25,14 @@ django.setup(set_prefix=False)
 from django.conf import settings  # noqa: E402
 
 from edge.handlers import ApiHandler, CappedASGIHandler  # noqa: E402
-from runtime.gateway import get_gateway  # noqa: E402
+from runtime.gateway import STATE_KEY, Gateway, make_store  # noqa: E402
 from runtime.incidents import incidents_reconcile  # noqa: E402
 from runtime.scheduler import (  # noqa: E402
     InProcessScheduler,
     one_off_jobs_settle,
     serving_process_jobs,
 )
+from runtime.wiring import config_changes_to  # noqa: E402
 
 logger = logging.getLogger(__name__)
 # How long a stopping process waits for the alert deliveries its threads are making.
@@ -57,53 +59,66 @@ async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if scope["type"] == "http" and scope["path"].startswith(API_PREFIXES):
         await api_application(scope, receive, send)
     elif scope["type"] == "lifespan":
-        await _lifespan(receive, send)
+        await _lifespan(scope, receive, send)
     else:
         await django_application(scope, receive, send)
 
 
-async def _reconcile_incidents() -> None:
+async def _reconcile_incidents(gateway: Gateway) -> None:
     """Before the first request (whose breaker events would otherwise be taken for re-openings
     of incidents nothing follows any more); a failure is logged, never the start-up's."""
     try:
         async with asyncio.timeout(RECONCILE_TIMEOUT_S):
-            await incidents_reconcile(get_gateway().store)
+            await incidents_reconcile(gateway.store)
     except Exception:
         logger.exception("the incidents left open could not be settled at start-up")
 
 
-async def _first_snapshot() -> None:
+async def _first_snapshot(gateway: Gateway) -> None:
     """The configuration read before the first request: a CORS preflight (which can't wait for
     the database) then already knows the client apps' origins. A failure is logged; the first
     request tries again."""
     try:
-        await get_gateway().snapshots.current()
+        await gateway.snapshots.current()
     except Exception:
         logger.exception("the configuration could not be read at start-up")
 
 
-async def _lifespan(receive: Any, send: Any) -> None:
-    scheduler = InProcessScheduler(get_gateway(), serving_process_jobs())
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            # Everything loaded so far (Django, the URL conf, the apps) lives as long as the
-            # process: keep it out of the collector's full passes, which otherwise walk it
-            # every few thousand requests and stall them all for tens of milliseconds.
-            gc.freeze()
-            await _reconcile_incidents()
-            await _first_snapshot()
-            # The background jobs this process runs itself: all of them in the embedded mode,
-            # only the watch on the workers' sentinel with Celery.
-            scheduler.start()
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            try:
-                await scheduler.stop()
-                # Alert deliveries in this process's threads get a few seconds to finish.
-                await asyncio.to_thread(one_off_jobs_settle, ONE_OFF_SETTLE_S)
-                await get_gateway().aclose()
-                logger.info("shut down: ledger flushed, provider connections closed")
-            finally:
-                await send({"type": "lifespan.shutdown.complete"})
-            return
+# The lifespan state's absence, as the start-up's failure says it.
+NO_STATE = (
+    "the ASGI server keeps no lifespan state, which the platform hands its gateway to the "
+    "requests in: serve it with uvicorn (or gunicorn with uvicorn workers)"
+)
+
+
+async def _lifespan(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    state = scope.get("state")
+    message = await receive()
+    if message["type"] != "lifespan.startup":
+        return
+    if state is None:
+        await send({"type": "lifespan.startup.failed", "message": NO_STATE})
+        return
+    gateway = Gateway(store=make_store())
+    state[STATE_KEY] = gateway
+    scheduler = InProcessScheduler(gateway, serving_process_jobs())
+    with config_changes_to(gateway):
+        # Everything loaded so far (Django, the URL conf, the apps) lives as long as the
+        # process: keep it out of the collector's full passes, which otherwise walk it
+        # every few thousand requests and stall them all for tens of milliseconds.
+        gc.freeze()
+        await _reconcile_incidents(gateway)
+        await _first_snapshot(gateway)
+        # The background jobs this process runs itself: all of them in the embedded mode,
+        # only the watch on the workers' sentinel with Celery.
+        scheduler.start()
+        await send({"type": "lifespan.startup.complete"})
+        message = await receive()  # lifespan.shutdown: nothing else comes
+        try:
+            await scheduler.stop()
+            # Alert deliveries in this process's threads get a few seconds to finish.
+            await asyncio.to_thread(one_off_jobs_settle, ONE_OFF_SETTLE_S)
+            await gateway.aclose()
+            logger.info("shut down: ledger flushed, provider connections closed")
+        finally:
+            await send({"type": "lifespan.shutdown.complete"})

@@ -1,9 +1,12 @@
 """The serving process's parts, made once: state store, config snapshot, adapters, ledger.
 
-`get_gateway()` is what the endpoints, the control room and the background jobs use. Tests
-build their own `Gateway` with a fake clock or a particular store and install it with
-`set_gateway()`. A request's walk never sees the gateway: it gets `ports()`, the store, the
-clock and the adapters (`gateway.routing.walk.Ports`).
+The ASGI lifespan builds the process's `Gateway` (`failover_site.asgi`) and hands it in through
+the lifespan state, which the server copies into every request's scope: the endpoints and the
+control room take it from there (`gateway_of(request)`), the in-process jobs from the
+scheduler, a Celery task builds one for its run. Nothing reaches it through a module global.
+Tests build their own, with a fake clock or a particular store, and hand it in the same way.
+A request's walk never sees the gateway: it gets `ports`, the store, the clock and the
+adapters (`gateway.routing.ports.Ports`).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import logging
 
 from django.conf import settings
+from django.http import HttpRequest
 
 from gateway.adapters.pool import AdapterPool, ClientSettings
 from gateway.engine.breaker import BreakerEvent
@@ -70,6 +74,13 @@ class Gateway:
             note_events=_note_events,
         )
 
+    def config_changed(self) -> None:
+        """A control-plane change committed in this process: the version moves for every
+        process, and this one's snapshot is rebuilt now."""
+        self.store.bump_config_version()
+        self.snapshots.mark_stale()
+        self.readings.clear()  # an operator's breaker override among the changes: read afresh
+
     async def aclose(self) -> None:
         """Shutdown: write what the ledger holds, give the budget room kept for the next calls
         back, close the provider clients."""
@@ -90,9 +101,6 @@ def _note_events(events: list[BreakerEvent]) -> None:
     note_events(events)
 
 
-_gateway: Gateway | None = None
-
-
 def settings_for_clients() -> ClientSettings:
     """The deployment's outbound choices, as the adapters' pool takes them."""
     return ClientSettings(
@@ -109,21 +117,22 @@ def make_store() -> StateStore:
     return MemoryStore()
 
 
-def get_gateway() -> Gateway:
-    global _gateway
-    if _gateway is None:
-        _gateway = Gateway(store=make_store())
-    return _gateway
+# The key the lifespan state holds the process's gateway under (`scope["state"]`).
+STATE_KEY = "gateway"
 
 
-def set_gateway(gateway: Gateway | None) -> None:
-    global _gateway
-    _gateway = gateway
+class NotServing(LookupError):
+    """A request reached the application without the gateway its lifespan builds: the ASGI
+    server ran without the lifespan protocol, or keeps no lifespan state."""
 
 
-def config_changed() -> None:
-    """A control-plane change committed: every process rebuilds its snapshot (this one now)."""
-    gateway = get_gateway()
-    gateway.store.bump_config_version()
-    gateway.snapshots.mark_stale()
-    gateway.readings.clear()  # an operator's breaker override among the changes: read afresh
+def gateway_of(request: HttpRequest) -> Gateway:
+    """The serving process's gateway, as the lifespan handed it to this request."""
+    scope = getattr(request, "scope", None)  # an ASGI request's; a WSGI request has none
+    gateway = (scope or {}).get("state", {}).get(STATE_KEY)
+    if gateway is None:
+        raise NotServing(
+            "the gateway is not started: serve the platform with an ASGI server that runs "
+            "the lifespan protocol and keeps its state (uvicorn, gunicorn with uvicorn workers)"
+        )
+    return gateway

@@ -1,7 +1,8 @@
 """The Celery tasks: thin wrappers that run the jobs of `runtime.jobs` on a worker.
 
-The periodic ones run from beat (`failover_site/celery.py`); each runs its async job on a fresh
-event loop and releases that loop's connections when done.
+The periodic ones run from beat (`failover_site/celery.py`); each builds a gateway for its run,
+runs its async job on a fresh event loop with it (its snapshot read afresh), and releases that
+loop's connections when done.
 """
 
 from __future__ import annotations
@@ -12,17 +13,16 @@ from typing import Any
 
 from celery import shared_task
 
-from runtime.gateway import Gateway, get_gateway
+from runtime.gateway import Gateway, make_store
 from runtime.jobs import PERIODIC
 from runtime.scheduler import run_one_off
 
 
 def run_periodic(job: Callable[[Gateway], Awaitable[Any]]) -> Any:
     async def once() -> Any:
-        gateway = get_gateway()
-        gateway.snapshots.mark_stale()  # a worker's snapshot is read afresh for each run
-        await gateway.snapshots.refresh()
+        gateway = Gateway(store=make_store())
         try:
+            await gateway.snapshots.refresh()
             return await job(gateway)
         finally:
             await gateway.snapshots.aclose()

@@ -28,7 +28,7 @@ from gateway.routing.cascade import RouteError, RouteRequest, RouteResult, route
 from gateway.routing.ports import Runtime
 from gateway.routing.rate_limits import RateTicket
 from gateway.routing.walk import Tier
-from runtime.gateway import Gateway, get_gateway
+from runtime.gateway import Gateway, NotServing, gateway_of
 from runtime.outcomes import record_call
 
 logger = logging.getLogger(__name__)
@@ -102,6 +102,9 @@ def json_errors(
     async def wrapped(request: HttpRequest) -> HttpResponseBase:
         try:
             return await view(request)
+        except NotServing as exc:
+            logger.error("%s", exc)
+            return render(ApiError(503, "not_started", "The gateway is not started."))
         except Exception:
             logger.exception("unhandled error in %s", request.path)
             return render(ApiError(500, "internal_error", "Something broke on our side."))
@@ -250,7 +253,7 @@ async def _admitted(
     problem = checked_host(request) or (checked_envelope(request) if method == "POST" else None)
     if problem is not None:
         return render(problem)
-    gateway = get_gateway()
+    gateway = gateway_of(request)
     caller = await caller_of(request, gateway)
     if isinstance(caller, Refusal):
         return refused(caller, render)

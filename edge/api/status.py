@@ -38,7 +38,7 @@ from gateway.engine.health import (
 from gateway.state.contract import Windows, spend_key
 from providers.permissions import status_viewer
 from runtime.background import run_db
-from runtime.gateway import get_gateway
+from runtime.gateway import gateway_of
 
 _NUMBER: dict[str, Any] = {"type": "number"}
 _BUDGET: dict[str, Any] = {
@@ -120,7 +120,7 @@ async def status(request: HttpRequest) -> JsonResponse:
     problem = checked_host(request)
     if problem is not None:
         return error_response(problem)
-    gateway = get_gateway()
+    gateway = gateway_of(request)
     snapshot = await gateway.snapshots.current()
     refusal = await _status_refusal(request, snapshot, gateway.snapshots.client_find)
     if refusal is not None:

@@ -300,6 +300,12 @@ class RedisStore(StateStore):
             )
         return int(self._sync_client.incr(scripts.VERSION_KEY))
 
+    def close_sync(self) -> None:
+        """Release the admin's connection (`bump_config_version`), for a store made for one."""
+        if self._sync_client is not None:
+            self._sync_client.close()
+            self._sync_client = None
+
 
 def _with_version(state: BreakerState, version: int) -> BreakerState:
     return replace(state, version=version)

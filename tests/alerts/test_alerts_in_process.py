@@ -39,8 +39,8 @@ async def eventually(predicate, *, within_s: float = 10.0) -> None:
         await asyncio.sleep(0.05)
 
 
-async def test_a_failover_is_alerted_from_the_serving_process(api, telegram, primary):
-    await update_policy(flap_window_s=1)
+async def test_a_failover_is_alerted_from_the_serving_process(api, telegram, primary, gateway):
+    await update_policy(gateway, flap_window_s=1)
     primary.stop()
     for _ in range(3):
         assert (await ask(api, "Say hello.", cache=False)).json()["tier"] == "secondary"

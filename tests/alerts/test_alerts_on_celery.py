@@ -79,8 +79,8 @@ async def open_the_primarys_breaker(api, primary) -> None:
         assert (await ask(api, "Say hello.", cache=False)).json()["tier"] == "secondary"
 
 
-async def test_a_failover_sends_one_message_after_the_flap_window(api, telegram, primary):
-    await update_policy(flap_window_s=1)
+async def test_a_failover_sends_one_message_after_the_flap_window(api, telegram, primary, gateway):
+    await update_policy(gateway, flap_window_s=1)
     await open_the_primarys_breaker(api, primary)
     await wait_for(lambda: len(texts(telegram)) >= 1, what="the failover message")
     await asyncio.sleep(1.5)  # nothing else follows
@@ -90,9 +90,9 @@ async def test_a_failover_sends_one_message_after_the_flap_window(api, telegram,
 
 
 async def test_recovery_sends_one_message_with_its_length_and_the_cloud_spend(
-    api, telegram, primary, clock
+    api, telegram, primary, clock, gateway
 ):
-    await update_policy(flap_window_s=1, cooldown_s=1, half_open_probes=1)
+    await update_policy(gateway, flap_window_s=1, cooldown_s=1, half_open_probes=1)
     await open_the_primarys_breaker(api, primary)
     await wait_for(lambda: len(texts(telegram)) == 1, what="the failover message")
     primary.start()
@@ -106,8 +106,10 @@ async def test_recovery_sends_one_message_with_its_length_and_the_cloud_spend(
     assert incident.ended_at is not None
 
 
-async def test_a_switch_back_within_the_flap_window_sends_nothing(api, telegram, primary, clock):
-    await update_policy(flap_window_s=3, cooldown_s=1, half_open_probes=1)
+async def test_a_switch_back_within_the_flap_window_sends_nothing(
+    api, telegram, primary, clock, gateway
+):
+    await update_policy(gateway, flap_window_s=3, cooldown_s=1, half_open_probes=1)
     await open_the_primarys_breaker(api, primary)
     primary.start()
     clock.advance(1.5)
@@ -119,8 +121,8 @@ async def test_a_switch_back_within_the_flap_window_sends_nothing(api, telegram,
     assert texts(telegram) == []
 
 
-async def test_ten_failovers_in_five_minutes_are_one_message(telegram):
-    await update_policy(flap_window_s=1, alert_cooldown_s=300)
+async def test_ten_failovers_in_five_minutes_are_one_message(telegram, gateway):
+    await update_policy(gateway, flap_window_s=1, alert_cooldown_s=300)
 
     def ten_incidents() -> None:
         from django.utils import timezone
@@ -168,9 +170,9 @@ async def test_a_channel_answering_500_is_retried_then_recorded_failed(telegram)
     assert delivered.deliveries[0]["attempts"] == 3
 
 
-async def test_a_hanging_channel_doesnt_hold_up_routing(api, telegram, primary, secondary):
+async def test_a_hanging_channel_doesnt_hold_up_routing(api, telegram, primary, secondary, gateway):
     telegram.set_mode("hang")
-    await update_policy(flap_window_s=1)
+    await update_policy(gateway, flap_window_s=1)
     await open_the_primarys_breaker(api, primary)
     secondary.stop()  # every request now reaches the static tier: a critical alert each time
     await sync_to_async(static_tier_active)("all_providers_failed")

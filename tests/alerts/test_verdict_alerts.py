@@ -154,7 +154,7 @@ async def test_degraded_then_down_then_healthy_each_say_what_the_operator_needs(
 async def test_the_same_verdict_again_within_the_cooldown_is_kept_not_sent(
     gateway, clock, primary, secondary, nothing_delivered
 ):
-    await update_policy(sentinel_window=1, sentinel_degraded_after=1)
+    await update_policy(gateway, sentinel_window=1, sentinel_degraded_after=1)
     for fault in (
         ["mistral:7b"],
         ["llama3.1:8b"],
@@ -183,7 +183,7 @@ async def test_a_recovery_nobody_heard_the_trouble_of_raises_nothing(gateway, no
 async def test_the_sentinels_job_raises_them_itself(
     gateway, clock, primary, secondary, nothing_delivered
 ):
-    await update_policy(sentinel_window=1, sentinel_degraded_after=1)
+    await update_policy(gateway, sentinel_window=1, sentinel_degraded_after=1)
     primary.set_fault(models=["mistral:7b"])
     assert await sentinel_job(gateway) is not None  # this caller's turn
     [event] = await sync_to_async(health_events)()
@@ -194,7 +194,9 @@ async def test_the_sentinels_job_raises_them_itself(
 async def test_a_keepalive_ping_that_moves_the_secondarys_verdict_raises_it_too(
     gateway, primary, secondary, nothing_delivered
 ):
-    await update_policy(keepalive_enabled=True, sentinel_window=1, sentinel_degraded_after=1)
+    await update_policy(
+        gateway, keepalive_enabled=True, sentinel_window=1, sentinel_degraded_after=1
+    )
     secondary.set_fault(mode="error", status=503)
     assert await keepalive_job(gateway) == "pinged: failed (server_error)"
     [event] = await sync_to_async(health_events)()

@@ -30,9 +30,9 @@ async def degraded_texts(receiver: FakeReceiver, *, within_s: float) -> list[str
         await asyncio.sleep(0.05)
 
 
-async def a_model_gone_with_a_runbook(primary) -> None:
+async def a_model_gone_with_a_runbook(gateway, primary) -> None:
     # One failed check is enough here: the window's rule has its own tests.
-    await update_policy(sentinel_window=1, sentinel_degraded_after=1)
+    await update_policy(gateway, sentinel_window=1, sentinel_degraded_after=1)
     await sync_to_async(Provider.objects.filter(name="ollama-local").update)(
         runbook="ollama pull llama3.1:8b"
     )
@@ -44,7 +44,7 @@ async def test_embedded_the_serving_process_raises_and_delivers_it(
 ):
     settings.BACKGROUND_JOBS = "inprocess"
     monkeypatch.setenv(TELEGRAM_TOKEN_ENV, TELEGRAM_TOKEN)
-    await a_model_gone_with_a_runbook(primary)
+    await a_model_gone_with_a_runbook(gateway, primary)
     with FakeReceiver() as receiver:
         await sync_to_async(telegram_channel)(receiver, name="ops-telegram")
         scheduler = InProcessScheduler(gateway, serving_process_jobs())
@@ -62,7 +62,7 @@ async def test_embedded_the_serving_process_raises_and_delivers_it(
 
 @pytest.mark.services
 async def test_on_celery_the_worker_raises_and_delivers_it(celery_worker, gateway, primary):  # noqa: F811
-    await a_model_gone_with_a_runbook(primary)
+    await a_model_gone_with_a_runbook(gateway, primary)
     with FakeReceiver() as receiver:
         await sync_to_async(telegram_channel)(receiver, name="ops-telegram")
         celery_app.send_task("failover.sentinel")

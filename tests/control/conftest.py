@@ -15,14 +15,12 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.contrib.contenttypes.models import ContentType
 
-from runtime.gateway import Gateway, make_store, set_gateway
 from tests.factories import AUTH
 from tests.providers.conftest import (  # noqa: F401 - fixtures used through the ones below
-    _flush_test_redis,
+    platform_served,
     primary,
     providers_configured,
     secondary,
-    serve_platform,
 )
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
@@ -74,13 +72,8 @@ def page(browser):
 @pytest.fixture
 def platform_url(providers_configured) -> Iterator[str]:  # noqa: F811
     """The whole platform on a loopback port, with its own gateway."""
-    _flush_test_redis()
-    gateway = Gateway(store=make_store())
-    set_gateway(gateway)
-    with serve_platform(gateway.aclose) as url:
+    with platform_served() as url:
         yield url
-    set_gateway(None)
-    _flush_test_redis()
 
 
 def status_permission() -> Permission:

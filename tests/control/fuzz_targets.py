@@ -16,7 +16,7 @@ from django.contrib.auth import SESSION_KEY, get_user_model
 from django.contrib.contenttypes.models import ContentType
 from django.db.models import Model
 from django.http import HttpRequest
-from django.test import Client, RequestFactory
+from django.test import RequestFactory
 from django.urls import URLPattern, URLResolver, reverse
 
 from alerts.models import AlertChannel
@@ -25,6 +25,7 @@ from control_room.static_views import EDITABLE_FIELDS
 from providers.models import Provider, StaticAnswer
 from providers.selectors import policy_get
 from providers.services.policy import INITIAL_PREFIX, ThresholdsForm, threshold_names
+from tests.serving import ServingClient
 
 PASSWORD = "a-long-test-password-1"
 # Django's own account models: their admin is Django's, not this project's.
@@ -103,7 +104,7 @@ def admin_patterns() -> Iterator[tuple[str, URLPattern]]:
         yield key, pattern
 
 
-def target_for(key: str, pattern: URLPattern, client: Client) -> Target:
+def target_for(key: str, pattern: URLPattern, client: ServingClient) -> Target:
     model_admin = getattr(pattern.callback, "model_admin", None)
     if model_admin is None and key in OWN_VIEWS:
         model_admin = admin.site.get_model_admin(OWN_VIEWS[key])
@@ -312,7 +313,7 @@ def _first(model: type[Model]) -> Model:
     return row
 
 
-def _form_data(client: Client, url: str) -> tuple[dict[str, Any], tuple[str, ...]]:
+def _form_data(client: ServingClient, url: str) -> tuple[dict[str, Any], tuple[str, ...]]:
     """An add or change page's form and inline forms as the browser posts them."""
     response = client.get(url)
     assert response.status_code == 200, (url, response.status_code)
@@ -326,7 +327,7 @@ def _form_data(client: Client, url: str) -> tuple[dict[str, Any], tuple[str, ...
     return data, tuple(data)
 
 
-def _changelist_forms(client: Client, url: str, model_admin: admin.ModelAdmin) -> list[Form]:
+def _changelist_forms(client: ServingClient, url: str, model_admin: admin.ModelAdmin) -> list[Form]:
     response = client.get(url)
     # Any field of the model is a filter too: `?id=` is one.
     query = [SEARCH_VAR, ORDER_VAR, PAGE_VAR, "all", "e", "id", *ADMIN_GET_FIELDS]
@@ -340,7 +341,7 @@ def _changelist_forms(client: Client, url: str, model_admin: admin.ModelAdmin) -
         query += [f"{model_admin.date_hierarchy}__{part}" for part in ("year", "month", "day")]
     found = [Form("GET", {}, tuple(query))]
     pk = str(_first(model_admin.model).pk)
-    actions = [name for name, _ in model_admin.get_action_choices(response.wsgi_request)[1:]]
+    actions = [name for name, _ in model_admin.get_action_choices(response.asgi_request)[1:]]
     for action in actions:
         data = {"action": action, "_selected_action": pk, "index": "0"}
         found.append(Form("POST", data, ("action", "_selected_action", "index", "select_across")))
@@ -353,7 +354,7 @@ def _changelist_forms(client: Client, url: str, model_admin: admin.ModelAdmin) -
     return found
 
 
-def _model_admin_target(key: str, model_admin: admin.ModelAdmin, client: Client) -> Target:
+def _model_admin_target(key: str, model_admin: admin.ModelAdmin, client: ServingClient) -> Target:
     opts = model_admin.opts
     prefix = f"{opts.app_label}_{opts.model_name}_"
     kind = key.removeprefix(prefix)
@@ -392,7 +393,7 @@ def _model_admin_target(key: str, model_admin: admin.ModelAdmin, client: Client)
     return Target(key, by_name(key), kwargs, hostile, forms_)
 
 
-def _request_as(client: Client) -> HttpRequest:
+def _request_as(client: ServingClient) -> HttpRequest:
     """A request carrying the client's user, for the admin's permission checks."""
     request = RequestFactory().get("/admin/")
     request.user = get_user_model().objects.get(pk=client.session[SESSION_KEY])

@@ -23,12 +23,11 @@ from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.db import DatabaseError, transaction
 from django.http import HttpResponse
-from django.test import Client
 
 from gateway.state.memory_store import MemoryStore
 from providers.models import AliasEntry, ModelAlias
 from providers.services import policy
-from runtime.gateway import Gateway, set_gateway
+from runtime.gateway import Gateway
 from tests.alerts.builders import make_channel, make_event
 from tests.control.conftest import status_permission
 from tests.control.fuzz_targets import (
@@ -45,6 +44,7 @@ from tests.factories import (
     make_provider,
     make_static_answer,
 )
+from tests.serving import ServingClient
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 
@@ -87,7 +87,7 @@ class Case:
     data: dict[str, Any]
     as_json: bool = False
 
-    def send(self, client: Client, target: Target) -> HttpResponse:
+    def send(self, client: ServingClient, target: Target) -> HttpResponse:
         url = target.address(self.kwargs)
         if self.as_json:
             body = json.dumps(self.data)
@@ -150,8 +150,14 @@ def refusal_cases(target: Target, key: str) -> Iterator[Case]:
         yield Case(form.method, target.kwargs, form.data, as_json=True)
 
 
+@pytest.fixture
+def gateway() -> Gateway:
+    """The serving process's gateway, handed to every request (`logged_in`)."""
+    return Gateway(store=MemoryStore())
+
+
 @pytest.fixture(autouse=True)
-def world(settings) -> None:
+def world(settings, gateway) -> None:
     """One of every row the admin shows, so every change and delete page has one to work on."""
     # The log-in's failure counters go to a cache of this test's own, and passwords hash fast.
     settings.CACHES = {
@@ -160,8 +166,6 @@ def world(settings) -> None:
             "LOCATION": "post-fuzz",  # not the embedded pass's own memory cache
         }
     }
-    gateway = Gateway(store=MemoryStore())
-    set_gateway(gateway)
     status_permission()
     users = get_user_model()
     admin = users.objects.create_superuser("fuzz-admin", "fuzz@example.com", PASSWORD)
@@ -180,19 +184,18 @@ def world(settings) -> None:
     policy.kill_switch_set(mode="off", provider=None, reason="a first record", actor=admin)
     yield
     cache.clear()
-    set_gateway(None)
 
 
-def logged_in(username: str | None) -> Client:
-    client = Client(raise_request_exception=False, REMOTE_ADDR="127.0.0.1")
+def logged_in(gateway: Gateway, username: str | None) -> ServingClient:
+    client = ServingClient(gateway, raise_request_exception=False)
     if username is not None:
         client.force_login(get_user_model().objects.get(username=username))
     return client
 
 
-def build(key: str) -> Target:
+def build(gateway: Gateway, key: str) -> Target:
     pattern = dict(admin_patterns())[key]
-    return target_for(key, pattern, logged_in("fuzz-admin"))
+    return target_for(key, pattern, logged_in(gateway, "fuzz-admin"))
 
 
 def server_error(case: Case, response: HttpResponse) -> str:
@@ -230,9 +233,9 @@ def test_every_handler_of_the_admin_and_the_control_room_is_fuzzed():
 
 
 @pytest.mark.parametrize("key", KEYS)
-def test_a_superuser_never_gets_a_server_error_from_hostile_input(key):
-    target = build(key)
-    client = logged_in("fuzz-admin")
+def test_a_superuser_never_gets_a_server_error_from_hostile_input(key, gateway):
+    target = build(gateway, key)
+    client = logged_in(gateway, "fuzz-admin")
     errors = []
     for case in hostile_cases(target):
         try:
@@ -245,17 +248,17 @@ def test_a_superuser_never_gets_a_server_error_from_hostile_input(key):
         if response.status_code >= 500:
             errors.append(server_error(case, response))
         if key in ("login", "logout", "password_change"):
-            client = logged_in("fuzz-admin")
+            client = logged_in(gateway, "fuzz-admin")
     assert not errors, "\n".join(errors)
 
 
 @pytest.mark.parametrize("key", KEYS)
-def test_without_permission_hostile_input_is_refused_and_changes_nothing(key):
-    target = build(key)
+def test_without_permission_hostile_input_is_refused_and_changes_nothing(key, gateway):
+    target = build(gateway, key)
     before = state()
     errors = []
     for who in VISITORS:
-        client = logged_in(who)
+        client = logged_in(gateway, who)
         for case in refusal_cases(target, key):
             response = case.send(client, target)
             if response.status_code >= 500:
@@ -263,7 +266,7 @@ def test_without_permission_hostile_input_is_refused_and_changes_nothing(key):
             elif not _refused(key, who, response):
                 errors.append(f"as {who or 'anonymous'}: {case} answered {response.status_code}")
             if who is not None and key in ("login", "logout"):
-                client = logged_in(who)
+                client = logged_in(gateway, who)
     assert not errors, "\n".join(errors)
     assert state() == before
 

@@ -8,9 +8,10 @@ from django.contrib.auth import get_user_model
 
 from gateway.state.memory_store import MemoryStore
 from providers.models import FailoverPolicy
-from runtime.gateway import Gateway, set_gateway
+from runtime.gateway import Gateway
 from tests.control.conftest import status_permission
 from tests.factories import make_provider, make_user
+from tests.serving import ServingClient, serving
 
 pytestmark = pytest.mark.django_db
 
@@ -20,9 +21,15 @@ PANEL = "/admin/control/status/"
 @pytest.fixture(autouse=True)
 def gateway():
     status_permission()
-    set_gateway(Gateway(store=MemoryStore()))
-    yield
-    set_gateway(None)
+    gateway = Gateway(store=MemoryStore())
+    with serving(gateway):
+        yield gateway
+
+
+@pytest.fixture
+def client(gateway) -> ServingClient:
+    """The admin as the serving process answers it: the gateway in each request's scope."""
+    return ServingClient(gateway)
 
 
 @pytest.fixture

@@ -18,10 +18,11 @@ from providers.models import ConfigChange, FailoverPolicy, Incident, Provider
 from providers.selectors import policy_get
 from providers.services import policy as policy_services
 from providers.services import provider_actions
-from runtime.gateway import Gateway, get_gateway, set_gateway
+from runtime.gateway import Gateway
 from runtime.incidents import incidents_record
 from tests.control.conftest import status_permission
 from tests.factories import make_call_record, make_provider, make_user
+from tests.serving import ServingClient, serving
 
 pytestmark = pytest.mark.django_db
 
@@ -31,9 +32,14 @@ QUIET = WindowSummary(calls=0, failures=0, failure_rate_pct=0.0, p95_ms=None, ca
 @pytest.fixture(autouse=True)
 def gateway():
     gateway = Gateway(store=MemoryStore())
-    set_gateway(gateway)
-    yield gateway
-    set_gateway(None)
+    with serving(gateway):
+        yield gateway
+
+
+@pytest.fixture
+def client(gateway) -> ServingClient:
+    """The admin as the serving process answers it: the gateway in each request's scope."""
+    return ServingClient(gateway)
 
 
 @pytest.fixture
@@ -82,8 +88,8 @@ class TestHealth:
 
 
 class TestServingNow:
-    def test_the_healthy_primary_serves(self, local, cloud):
-        serving = control_status().serving
+    def test_the_healthy_primary_serves(self, local, cloud, gateway):
+        serving = control_status(gateway).serving
         assert (serving.tier, serving.provider) == ("primary", "ollama-local")
 
     def test_an_open_primary_hands_over_to_the_secondary_and_says_why(
@@ -91,21 +97,21 @@ class TestServingNow:
     ):
         with django_capture_on_commit_callbacks(execute=True):
             provider_actions.breaker_set_mode(
-                provider=local, mode=Mode.DISABLED, actor=None, store=get_gateway().store
+                provider=local, mode=Mode.DISABLED, actor=None, store=gateway.store
             )
-        serving = control_status().serving
+        serving = control_status(gateway).serving
         assert (serving.tier, serving.provider) == ("secondary", "openai-cloud")
         assert "ollama-local: breaker forced open" in serving.why
 
     def test_with_every_breaker_open_the_static_tier_serves(
-        self, local, cloud, django_capture_on_commit_callbacks
+        self, local, cloud, django_capture_on_commit_callbacks, gateway
     ):
         with django_capture_on_commit_callbacks(execute=True):
             for provider in (local, cloud):
                 provider_actions.breaker_set_mode(
-                    provider=provider, mode=Mode.DISABLED, actor=None, store=get_gateway().store
+                    provider=provider, mode=Mode.DISABLED, actor=None, store=gateway.store
                 )
-        assert control_status().serving.tier == "static"
+        assert control_status(gateway).serving.tier == "static"
 
     def test_a_breaker_override_that_is_rolled_back_leaves_the_breaker_alone(self, local, gateway):
         from asgiref.sync import async_to_sync
@@ -120,19 +126,21 @@ class TestServingNow:
         assert state.mode == Mode.AUTO
         assert not ConfigChange.objects.filter(action="breaker").exists()
 
-    def test_the_kill_switch_decides_first(self, local, cloud):
+    def test_the_kill_switch_decides_first(self, local, cloud, gateway):
         policy_services.kill_switch_set(
             mode="static_only", provider=None, reason="drill", actor=None
         )
-        serving = control_status().serving
+        serving = control_status(gateway).serving
         assert serving.tier == "static" and "kill switch" in serving.why
 
-    def test_cloud_share_counts_todays_requests_served_by_cloud_providers(self, local, cloud):
+    def test_cloud_share_counts_todays_requests_served_by_cloud_providers(
+        self, local, cloud, gateway
+    ):
         make_call_record(final_provider="ollama-local")
         make_call_record(final_provider="ollama-local")
         make_call_record(final_provider="ollama-local")
         make_call_record(final_provider="openai-cloud", tier="secondary")
-        status = control_status()
+        status = control_status(gateway)
         assert status.requests_today == 4 and status.cloud_share_pct == 25.0
 
 

@@ -7,7 +7,6 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.forms import modelform_factory
 from django.http import QueryDict
-from django.test import Client
 from django.urls import reverse
 
 from alerts.models import AlertChannel
@@ -16,9 +15,10 @@ from providers.admin_audit import StrictModelForm
 from providers.form_input import NUL_REFUSED, FormInput, nul_free, object_ids
 from providers.models import ClientApp, ConfigChange, KillSwitch, StaticAnswer
 from providers.selectors import policy_get
-from runtime.gateway import Gateway, set_gateway
+from runtime.gateway import Gateway
 from tests.control.conftest import status_permission
 from tests.factories import make_client_app, make_provider, make_static_answer
+from tests.serving import ServingClient, serving
 
 
 def given(query: str) -> FormInput:
@@ -81,13 +81,13 @@ class TestFormInput:
 
 
 @pytest.fixture
-def operator() -> Client:
-    set_gateway(Gateway(store=MemoryStore()))
+def operator() -> ServingClient:
+    gateway = Gateway(store=MemoryStore())
     status_permission()
-    client = Client()
+    client = ServingClient(gateway)
     client.force_login(get_user_model().objects.create_superuser("boss", "boss@example.com"))
-    yield client
-    set_gateway(None)
+    with serving(gateway):
+        yield client
 
 
 @pytest.mark.django_db

@@ -19,7 +19,8 @@ from django.templatetags.static import static
 
 from edge.api.openapi import openapi_document
 from edge.front_door import deployment_read, version
-from runtime.gateway import Gateway, make_store, set_gateway
+from runtime.gateway import Gateway, make_store
+from tests.serving import handed
 
 # Most tests here read no database and no shared state; the one that follows every link
 # (/readyz, /metrics) gets the database and a gateway of its own.
@@ -126,15 +127,17 @@ async def pages() -> AsyncIterator[httpx.AsyncClient]:
 
 
 @pytest.fixture
-async def platform(transactional_db, pages) -> AsyncIterator[httpx.AsyncClient]:
+async def platform(transactional_db) -> AsyncIterator[httpx.AsyncClient]:
     """The same, with the database and a gateway of the test's own (what /metrics reads)."""
+    from failover_site.asgi import application
+
     gateway = Gateway(store=make_store())
-    set_gateway(gateway)
+    transport = httpx.ASGITransport(app=handed(application, gateway))
     try:
-        yield pages
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+            yield client
     finally:
         await gateway.aclose()
-        set_gateway(None)
         # The ORM ran in asgiref's worker thread: its connection is closed there.
         await sync_to_async(connections.close_all)()
 

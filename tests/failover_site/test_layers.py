@@ -334,7 +334,7 @@ def test_an_injected_upward_import_is_caught(tmp_path):
         ("gateway.state.memory_store", "gateway.routing.walk")
     ]
     imports = _with_lines_added(
-        "providers.selectors", "from runtime.gateway import get_gateway", tmp_path
+        "providers.selectors", "from runtime.gateway import gateway_of", tmp_path
     )
     bad = _reaching_up_or_sideways(imports)
     assert [(i.importer, i.target) for i in bad] == [("providers.selectors", "runtime.gateway")]

@@ -11,7 +11,17 @@ import redis
 from django.db import connection, connections
 from django.test import override_settings
 
+from gateway.state.memory_store import MemoryStore
+from runtime.gateway import Gateway
+from tests.serving import ServingClient
+
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def client() -> ServingClient:
+    """The probes as a serving process answers them: its gateway in each request's scope."""
+    return ServingClient(Gateway(store=MemoryStore()))
 
 
 def test_healthz_says_the_process_is_up(client):

@@ -22,8 +22,9 @@ from providers.models import ChangeAction, ConfigChange, FailoverPolicy
 from providers.selectors import config_change_high_water, policy_get
 from providers.services.policy import kill_switch_set
 from providers.services.seeding import static_answers_load_defaults
-from runtime.gateway import Gateway, set_gateway
+from runtime.gateway import Gateway
 from runtime.snapshots import SnapshotHolder
+from tests.serving import serving
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -32,10 +33,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 async def this_process() -> AsyncIterator[Gateway]:
     """This process's gateway on the embedded mode's store: what a commit here announces to."""
     gateway = Gateway(store=MemoryStore())
-    set_gateway(gateway)
-    yield gateway
-    await gateway.aclose()
-    set_gateway(None)
+    with serving(gateway):
+        yield gateway
+        await gateway.aclose()
     # The ORM ran in asgiref's worker thread: close its connection there.
     await sync_to_async(connections.close_all)()
 

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import Any
 
 import httpx
 import pytest
@@ -25,9 +26,10 @@ from gateway.engine.clock import Clock
 from providers.models import Provider
 from providers.selectors import policy_get
 from providers.services.seeding import static_answers_load_defaults
-from runtime.gateway import Gateway, make_store, set_gateway
+from runtime.gateway import Gateway, make_store
 from tests.factories import AUTH, make_client_app
 from tests.providers.route_bench import RouteBench, two_providers
+from tests.serving import handed, serving
 
 
 @dataclass
@@ -117,10 +119,9 @@ async def gateway(providers_configured, clock) -> AsyncIterator[Gateway]:
     """The process's gateway on the store this pass runs (memory, or the test Redis)."""
     _flush_test_redis()
     gateway = Gateway(store=make_store(), clock=Clock(wall=clock.wall, mono=time.monotonic))
-    set_gateway(gateway)
-    yield gateway
-    await gateway.aclose()
-    set_gateway(None)
+    with serving(gateway):
+        yield gateway
+        await gateway.aclose()
     _flush_test_redis()
     # The ORM ran in asgiref's worker thread: close its connection there, or the test
     # database can't be dropped at the end of the run.
@@ -131,7 +132,7 @@ async def gateway(providers_configured, clock) -> AsyncIterator[Gateway]:
 async def api(gateway) -> AsyncIterator[httpx.AsyncClient]:
     from failover_site.asgi import application
 
-    transport = httpx.ASGITransport(app=application)
+    transport = httpx.ASGITransport(app=handed(application, gateway))
     async with httpx.AsyncClient(
         transport=transport, base_url="http://localhost", headers=AUTH
     ) as client:
@@ -193,17 +194,17 @@ async def ledger_rows(gateway: Gateway, at_least: int = 0, timeout: float = 10.0
         await asyncio.sleep(0.05)
 
 
-async def update_policy(**values) -> None:
+async def update_policy(gateway: Gateway, **values) -> None:
     """Change the policy as an operator would (a recorded change, which bumps the version)."""
-    await _update_row(policy_get, values)
+    await _update_row(gateway, policy_get, values)
 
 
-async def update_provider(name: str, **values) -> None:
+async def update_provider(gateway: Gateway, name: str, **values) -> None:
     """Change a provider as an operator would (a recorded change, which bumps the version)."""
-    await _update_row(lambda: Provider.objects.get(name=name), values)
+    await _update_row(gateway, lambda: Provider.objects.get(name=name), values)
 
 
-async def _update_row(get_row: Callable[[], object], values: dict) -> None:
+async def _update_row(gateway: Gateway, get_row: Callable[[], object], values: dict) -> None:
     from providers.services.audit import config_change_record, instance_snapshot
 
     def change() -> None:
@@ -219,22 +220,30 @@ async def _update_row(get_row: Callable[[], object], values: dict) -> None:
 
     await sync_to_async(change)()
     # The process swaps snapshots in the background within a second; a test goes on at once.
-    from runtime.gateway import get_gateway
-
-    await get_gateway().snapshots.refresh()
+    await gateway.snapshots.refresh()
 
 
 @contextmanager
-def serve_platform(on_stop: Callable[[], Awaitable[None]]) -> Iterator[str]:
+def serve_platform(gateway: Gateway, on_stop: Callable[[], Awaitable[None]]) -> Iterator[str]:
     """The real ASGI application served by uvicorn on a loopback port, in a thread of this
-    process; `on_stop` runs on the server's loop as it ends (its connections are that loop's)."""
+    process, with `gateway` handed to its requests; `on_stop` runs on the server's loop as it
+    ends (its connections are that loop's)."""
     from failover_site.asgi import application
 
+    with serve_asgi(handed(application, gateway), on_stop) as url:
+        yield url
+
+
+@contextmanager
+def serve_asgi(
+    application: Any, on_stop: Callable[[], Awaitable[None]], *, lifespan: str = "off"
+) -> Iterator[str]:
+    """`application` served by uvicorn on a loopback port, in a thread of this process."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     server = uvicorn.Server(
-        uvicorn.Config(application, lifespan="off", log_level="warning", timeout_keep_alive=5)
+        uvicorn.Config(application, lifespan=lifespan, log_level="warning", timeout_keep_alive=5)
     )
 
     async def serve() -> None:
@@ -247,6 +256,7 @@ def serve_platform(on_stop: Callable[[], Awaitable[None]]) -> Iterator[str]:
     thread.start()
     deadline = time.monotonic() + 10
     while not server.started:
+        assert thread.is_alive(), "the live server stopped as it started"
         assert time.monotonic() < deadline, "the live server did not start"
         time.sleep(0.01)
     try:
@@ -255,6 +265,19 @@ def serve_platform(on_stop: Callable[[], Awaitable[None]]) -> Iterator[str]:
         server.should_exit = True
         thread.join(timeout=15)
         sock.close()
+
+
+@contextmanager
+def platform_served() -> Iterator[str]:
+    """The whole platform on a loopback port with a gateway of its own, as a serving process
+    runs it (the committed changes go to its gateway)."""
+    _flush_test_redis()
+    gateway = Gateway(store=make_store())
+    try:
+        with serving(gateway), serve_platform(gateway, gateway.aclose) as url:
+            yield url
+    finally:
+        _flush_test_redis()
 
 
 @pytest.fixture
@@ -266,5 +289,5 @@ def live_url(gateway) -> Iterator[str]:
         await gateway.adapters.aclose()
         await gateway.store.aclose()
 
-    with serve_platform(release_this_loops_connections) as url:
+    with serve_platform(gateway, release_this_loops_connections) as url:
         yield url

@@ -122,9 +122,9 @@ async def test_a_request_that_says_cache_false_is_not_served_from_it(
 
 
 async def test_with_the_cache_off_nothing_is_stored(api, gateway, primary, secondary):
-    await update_policy(cache_mode="off")
+    await update_policy(gateway, cache_mode="off")
     await ask(api, QUESTION)
-    await update_policy(cache_mode="fallback")
+    await update_policy(gateway, cache_mode="fallback")
     both_down(primary, secondary)
 
     assert (await ask(api, QUESTION)).json()["tier"] == "degraded"
@@ -132,18 +132,18 @@ async def test_with_the_cache_off_nothing_is_stored(api, gateway, primary, secon
 
 async def test_with_the_cache_off_nothing_is_served(api, gateway, primary, secondary):
     await ask(api, QUESTION)
-    await update_policy(cache_mode="off")
+    await update_policy(gateway, cache_mode="off")
     both_down(primary, secondary)
 
     assert (await ask(api, QUESTION)).json()["tier"] == "degraded"
-    await update_policy(cache_mode="fallback")
+    await update_policy(gateway, cache_mode="fallback")
     assert (await ask(api, QUESTION)).json()["tier"] == "cache"  # stored before it was off
 
 
 async def test_cost_saver_serves_a_repeated_question_without_asking_a_provider(
     api, gateway, clock, primary, secondary
 ):
-    await update_policy(cache_mode="cost_saver")
+    await update_policy(gateway, cache_mode="cost_saver")
     first = (await ask(api, QUESTION)).json()
     assert first["provider"] == "ollama-local"
     calls = (primary.calls, secondary.calls)
@@ -168,7 +168,7 @@ async def test_cost_saver_serves_a_repeated_question_without_asking_a_provider(
 
 
 async def test_cost_saver_leaves_no_fallback_tasks_to_the_providers(api, gateway, primary):
-    await update_policy(cache_mode="cost_saver", no_fallback_tasks="legal")
+    await update_policy(gateway, cache_mode="cost_saver", no_fallback_tasks="legal")
     await ask(api, QUESTION, task="legal")
     calls = primary.calls
     again = (await ask(api, QUESTION, task="legal")).json()
@@ -176,7 +176,7 @@ async def test_cost_saver_leaves_no_fallback_tasks_to_the_providers(api, gateway
 
 
 async def test_cost_saver_leaves_a_provider_asked_for_by_name_to_answer(gateway, primary):
-    await update_policy(cache_mode="cost_saver")
+    await update_policy(gateway, cache_mode="cost_saver")
     completion = CompletionRequest(prompt=QUESTION)
     await route(RouteRequest(completion, "r-1"), gateway)
     named = await route(RouteRequest(completion, "r-2", prefer="ollama-local"), gateway)
@@ -184,7 +184,7 @@ async def test_cost_saver_leaves_a_provider_asked_for_by_name_to_answer(gateway,
 
 
 async def test_cost_saver_still_asks_a_provider_for_a_new_question(api, gateway, primary):
-    await update_policy(cache_mode="cost_saver")
+    await update_policy(gateway, cache_mode="cost_saver")
     await ask(api, QUESTION)
 
     body = (await ask(api, "Write me a haiku about leeks.")).json()
@@ -194,7 +194,7 @@ async def test_cost_saver_still_asks_a_provider_for_a_new_question(api, gateway,
 
 
 async def test_cost_saver_asks_a_provider_when_the_request_says_cache_false(api, gateway, primary):
-    await update_policy(cache_mode="cost_saver")
+    await update_policy(gateway, cache_mode="cost_saver")
     await ask(api, QUESTION)
 
     body = (await ask(api, QUESTION, cache=False)).json()
@@ -222,7 +222,7 @@ async def test_nothing_is_cached_from_a_failed_answer(api, gateway, primary, sec
 async def test_a_fallback_answer_is_never_cached_for_cost_saver_to_serve_later(
     api, gateway, primary, secondary, question, tier
 ):
-    await update_policy(cache_mode="cost_saver")
+    await update_policy(gateway, cache_mode="cost_saver")
     primary.set_fault(mode="error")
     secondary.set_fault(mode="error", status=503)
     assert (await ask(api, question)).json()["tier"] == tier
@@ -270,7 +270,7 @@ async def test_the_static_only_kill_switch_does_not_serve_the_cache(
 ):
     await ask(api, FAQ_QUESTION)
     await ask(api, QUESTION)
-    await update_policy(kill_switch="static_only", kill_switch_reason="drill")
+    await update_policy(gateway, kill_switch="static_only", kill_switch_reason="drill")
 
     static = (await ask(api, FAQ_QUESTION)).json()
     degraded = (await ask(api, QUESTION)).json()
@@ -285,9 +285,9 @@ async def test_the_static_only_kill_switch_does_not_serve_the_cache(
 async def test_the_static_only_kill_switch_does_not_serve_the_cache_in_cost_saver_mode(
     api, gateway, primary
 ):
-    await update_policy(cache_mode="cost_saver")
+    await update_policy(gateway, cache_mode="cost_saver")
     await ask(api, QUESTION)
-    await update_policy(kill_switch="static_only", kill_switch_reason="drill")
+    await update_policy(gateway, kill_switch="static_only", kill_switch_reason="drill")
 
     body = (await ask(api, QUESTION)).json()
 

@@ -232,7 +232,7 @@ PROMPT = "Say hello."
 UNIT_PRICE = Decimal("100")
 
 
-async def _cloud_only(*, cap: str, price: Decimal = UNIT_PRICE, **policy) -> Budget:
+async def _cloud_only(gateway, *, cap: str, price: Decimal = UNIT_PRICE, **policy) -> Budget:
     from providers.models import Provider
 
     await sync_to_async(Provider.objects.filter(name="ollama-local").update)(enabled=False)
@@ -240,7 +240,7 @@ async def _cloud_only(*, cap: str, price: Decimal = UNIT_PRICE, **policy) -> Bud
         price_input_per_1m=price, price_output_per_1m=price
     )
     budget = await sync_to_async(Budget.objects.create)(scope="all", period="day", cap=Decimal(cap))
-    await update_policy(**policy)
+    await update_policy(gateway, **policy)
     return budget
 
 
@@ -261,7 +261,7 @@ async def _holds(gateway, budget: Budget) -> tuple[int, float]:
 
 
 async def test_concurrent_requests_never_take_more_than_the_budget_holds(api, gateway, secondary):
-    budget = await _cloud_only(cap="0.10")
+    budget = await _cloud_only(gateway, cap="0.10")
     secondary.set_fault(mode="slow", delay_ms=300)
     # High priority: past 85 % a normal request would stop at the ninth (tested below).
     answers = await asyncio.gather(
@@ -282,7 +282,7 @@ async def test_concurrent_requests_never_take_more_than_the_budget_holds(api, ga
 
 
 async def test_past_85_percent_held_only_high_priority_is_admitted(api, gateway, secondary):
-    await _cloud_only(cap="0.10")
+    await _cloud_only(gateway, cap="0.10")
     secondary.set_fault(mode="slow", delay_ms=300)
     asks = [ask(api, PROMPT, max_tokens=_max_tokens_for_one_cent(), cache=False) for _ in range(12)]
     normal = await asyncio.gather(*asks)
@@ -293,7 +293,7 @@ async def test_past_85_percent_held_only_high_priority_is_admitted(api, gateway,
 
 
 async def test_a_failed_call_releases_its_hold_and_costs_nothing(api, gateway, secondary):
-    budget = await _cloud_only(cap="0.10")
+    budget = await _cloud_only(gateway, cap="0.10")
     secondary.set_fault(mode="error")
     for _ in range(3):
         assert (await ask(api, PROMPT, cache=False)).json()["tier"] != "secondary"
@@ -310,7 +310,7 @@ async def test_a_call_that_loses_a_hedged_race_releases_its_hold(api, gateway, p
     await sync_to_async(Provider.objects.filter(name="openai-cloud").update)(
         price_input_per_1m=UNIT_PRICE, price_output_per_1m=UNIT_PRICE
     )
-    await update_policy(strategy="hedged", hedge_after_ms=100)
+    await update_policy(gateway, strategy="hedged", hedge_after_ms=100)
     primary.set_fault(mode="slow", delay_ms=400)
     secondary.set_fault(mode="slow", delay_ms=2000)
     body = (await ask(api, PROMPT, cache=False)).json()
@@ -338,7 +338,7 @@ async def test_a_token_budget_holds_tokens_not_money(api, gateway, primary, seco
     budget = await sync_to_async(Budget.objects.create)(
         scope="all", period="day", unit="tokens", cap=Decimal("160")
     )
-    await update_policy()
+    await update_policy(gateway)
     secondary.set_fault(mode="slow", delay_ms=300)
     # Each request holds its prompt (from above) and its 50 answer tokens: 77; two fit in 160.
     assert _prompt_reserved() + 50 == 77
@@ -379,7 +379,7 @@ async def test_the_watchdog_raises_50_85_and_100_percent_once_each(gateway, prov
     from runtime.jobs import watchdog_job
 
     budget = await sync_to_async(Budget.objects.create)(scope="all", period="day", cap=Decimal("1"))
-    await update_policy()
+    await update_policy(gateway)
     key, ttl = spend_key(budget.pk, "day", time.time())
     for spent in (0.3, 0.5, 0.6, 0.86, 0.9, 1.0, 1.0):
         await gateway.store.seed_spend(key, spent, ttl)
@@ -394,7 +394,7 @@ async def test_the_watchdog_raises_50_85_and_100_percent_once_each(gateway, prov
 @pytest.mark.services
 async def test_a_free_call_beside_a_budget_still_makes_one_round_trip(api, gateway, monkeypatch):
     await sync_to_async(Budget.objects.create)(scope="all", period="day", cap=Decimal("5"))
-    await update_policy()
+    await update_policy(gateway)
     # The self-hosted primary: no budget holds it, so its record is its one round trip.
     assert await round_trips_of_steady_requests(api, monkeypatch) == [1] * 5
 
@@ -405,7 +405,7 @@ async def test_a_paid_call_far_from_its_cap_makes_one_round_trip(api, gateway, m
 
     budget = await sync_to_async(Budget.objects.create)(scope="all", period="day", cap=Decimal("5"))
     await sync_to_async(Provider.objects.filter(name="ollama-local").update)(enabled=False)
-    await update_policy()
+    await update_policy(gateway)
     # Each record settles its call and takes the room for the next, which claims it here.
     assert await round_trips_of_steady_requests(api, monkeypatch) == [1] * 5
     assert await _holds(gateway, budget) == (0, 0.0)
@@ -421,7 +421,7 @@ async def test_past_half_its_cap_a_paid_call_reserves_its_own(api, gateway, monk
         scope="all", period="day", cap=Decimal("0.004")
     )
     await sync_to_async(Provider.objects.filter(name="ollama-local").update)(enabled=False)
-    await update_policy()
+    await update_policy(gateway)
     # The reservation before the call, the record (which settles it) after: exact, near a cap.
     assert await round_trips_of_steady_requests(api, monkeypatch) == [2] * 5
     assert await _holds(gateway, budget) == (0, 0.0)

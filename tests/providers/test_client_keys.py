@@ -23,6 +23,7 @@ from providers.services.client_apps import client_app_revoke
 from runtime.gateway import Gateway
 from tests.factories import TEST_CLIENT_KEY, make_client_app, make_user
 from tests.providers.conftest import ledger_rows, update_policy
+from tests.serving import handed
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -403,8 +404,9 @@ async def test_one_apps_use_does_not_limit_another(api, gateway, primary):
 # Anonymous access (a public website widget) ------------------------------------------------
 
 
-async def _anonymous_allowed(**values: Any) -> None:
+async def _anonymous_allowed(gateway, **values: Any) -> None:
     await update_policy(
+        gateway,
         anonymous_access=True,
         anonymous_requests_per_minute=2,
         anonymous_tokens_per_minute=0,
@@ -416,7 +418,7 @@ async def _anonymous_allowed(**values: Any) -> None:
 async def test_anonymous_requests_are_answered_and_recorded_as_anonymous(
     api, gateway, primary, endpoint
 ):
-    await _anonymous_allowed()
+    await _anonymous_allowed(gateway)
     response = await post(keyless(api), endpoint, headers={"X-Client-Id": "suite"})
     assert response.status_code == 200
     assert endpoint.text(response) == PRIMARY_TEXT
@@ -429,7 +431,7 @@ async def test_the_third_anonymous_request_from_one_address_in_a_minute_is_a_429
 ):
     from failover_site.asgi import application
 
-    await _anonymous_allowed()
+    await _anonymous_allowed(gateway)
     anonymous = keyless(api)
     # With no proxy trusted (TRUSTED_PROXY_HOPS=0), X-Forwarded-For is the client's to forge:
     # a new one on each request doesn't open a new window.
@@ -444,7 +446,7 @@ async def test_the_third_anonymous_request_from_one_address_in_a_minute_is_a_429
     assert int(response.headers["Retry-After"]) >= 1
     assert primary.calls == 2
     # Another address has a window of its own.
-    transport = httpx.ASGITransport(app=application, client=("10.0.0.9", 40000))
+    transport = httpx.ASGITransport(app=handed(application, gateway), client=("10.0.0.9", 40000))
     async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as other:
         assert (await post(other, Endpoint(COMPLETE))).status_code == 200
 
@@ -453,7 +455,7 @@ async def test_the_third_anonymous_request_from_one_address_in_a_minute_is_a_429
 async def test_with_anonymous_origins_set_another_origin_or_none_is_refused(
     api, gateway, primary, endpoint
 ):
-    await _anonymous_allowed(anonymous_origins="https://widget.example.com")
+    await _anonymous_allowed(gateway, anonymous_origins="https://widget.example.com")
     anonymous = keyless(api)
 
     allowed = await post(anonymous, endpoint, headers={"Origin": "https://widget.example.com"})
@@ -470,7 +472,7 @@ async def test_with_anonymous_origins_set_another_origin_or_none_is_refused(
 async def test_anonymous_requests_may_not_name_a_provider_or_send_high_priority(
     api, gateway, primary, secondary
 ):
-    await _anonymous_allowed()
+    await _anonymous_allowed(gateway)
     anonymous = keyless(api)
 
     by_name = await post(anonymous, Endpoint(CHAT), model="ollama-local")
@@ -486,7 +488,7 @@ async def test_anonymous_requests_may_not_name_a_provider_or_send_high_priority(
 async def test_anonymous_requests_stay_off_the_cloud_unless_the_policy_allows_it(
     api, gateway, primary, secondary
 ):
-    await _anonymous_allowed(anonymous_allow_cloud=False)
+    await _anonymous_allowed(gateway, anonymous_allow_cloud=False)
     primary.stop()
     anonymous = keyless(api)
 
@@ -494,7 +496,7 @@ async def test_anonymous_requests_stay_off_the_cloud_unless_the_policy_allows_it
 
     assert body["tier"] == "static"
     assert secondary.calls == 0
-    await _anonymous_allowed(anonymous_allow_cloud=True)
+    await _anonymous_allowed(gateway, anonymous_allow_cloud=True)
     body = (await post(anonymous, Endpoint(COMPLETE), "Write a limerick.")).json()
     assert body["provider"] == "openai-cloud"
 

@@ -232,7 +232,7 @@ async def test_a_stream_calling_a_tool_never_offered_is_passed_over_before_its_f
 async def test_the_policy_can_count_a_non_compliant_answer_against_the_breaker(
     live_url, gateway, two_openai, first, secondary
 ):
-    await update_policy(non_compliant_is_failure=True, consecutive_failures=1)
+    await update_policy(gateway, non_compliant_is_failure=True, consecutive_failures=1)
     first.set_fault(disobey="text")
     async with sdk(live_url) as client:
         for _ in range(2):

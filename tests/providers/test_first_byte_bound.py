@@ -31,8 +31,8 @@ async def until(predicate, within_s: float) -> None:
 async def test_a_primary_that_hangs_from_its_first_request_is_left_at_the_bound(
     api, gateway, primary, secondary
 ):
-    await update_policy(first_byte_bound_s=BOUND_S)
-    await update_provider("ollama-local", timeout_s=1.5)
+    await update_policy(gateway, first_byte_bound_s=BOUND_S)
+    await update_provider(gateway, "ollama-local", timeout_s=1.5)
     primary.set_fault(mode="hang")
     answers = await asyncio.gather(*(_timed(api) for _ in range(4)))
     assert all(body["provider"] == "openai-cloud" for _, body in answers)
@@ -61,7 +61,7 @@ async def test_a_primary_that_hangs_from_its_first_request_is_left_at_the_bound(
 
 
 async def test_a_primary_with_a_history_is_judged_by_it_not_by_the_bound(api, gateway, primary):
-    await update_policy(first_byte_bound_s=BOUND_S, slow_call_s=30, p95_latency_s=30)
+    await update_policy(gateway, first_byte_bound_s=BOUND_S, slow_call_s=30, p95_latency_s=30)
     for _ in range(MIN_SAMPLES):
         assert (await ask(api, cache=False)).json()["provider"] == "ollama-local"
     primary.set_fault(mode="slow", delay_ms=500)  # past the bound, under its stuck threshold
@@ -72,7 +72,7 @@ async def test_a_primary_with_a_history_is_judged_by_it_not_by_the_bound(api, ga
 async def test_a_late_answer_of_a_hedged_call_counts_as_a_good_call_and_is_cached(
     api, gateway, primary, secondary
 ):
-    await update_policy(first_byte_bound_s=BOUND_S)
+    await update_policy(gateway, first_byte_bound_s=BOUND_S)
     primary.set_fault(mode="slow", delay_ms=700)
     seconds, body = await _timed(api)
     assert body["provider"] == "openai-cloud" and seconds < BOUND_S + 0.5
@@ -86,7 +86,7 @@ async def test_a_late_answer_of_a_hedged_call_counts_as_a_good_call_and_is_cache
 async def test_a_half_open_probe_is_hedged_and_its_late_answer_closes_the_breaker(
     api, gateway, primary, secondary, clock
 ):
-    await update_policy(first_byte_bound_s=BOUND_S, half_open_probes=1, slow_call_s=30)
+    await update_policy(gateway, first_byte_bound_s=BOUND_S, half_open_probes=1, slow_call_s=30)
     for _ in range(MIN_SAMPLES):  # a history: only the probe gets the bound
         assert (await ask(api, cache=False)).json()["provider"] == "ollama-local"
     state, _ = await gateway.store.read("ollama-local")
@@ -109,8 +109,8 @@ async def test_a_half_open_probe_is_hedged_and_its_late_answer_closes_the_breake
 
 
 async def test_a_loading_model_is_not_punished_for_its_load(api, gateway, primary, secondary):
-    await update_policy(first_byte_bound_s=BOUND_S, consecutive_failures=1)
-    await update_provider("ollama-local", timeout_s=1.0)
+    await update_policy(gateway, first_byte_bound_s=BOUND_S, consecutive_failures=1)
+    await update_provider(gateway, "ollama-local", timeout_s=1.0)
     primary.set_fault(mode="loading", load_ms=2500)  # longer than the primary's timeout
     seconds, body = await _timed(api)
     assert body["provider"] == "openai-cloud" and seconds < BOUND_S + 0.7
@@ -125,8 +125,8 @@ async def test_a_loading_model_is_not_punished_for_its_load(api, gateway, primar
 async def test_a_wedged_model_is_counted_where_a_loading_one_is_not(
     api, gateway, primary, secondary
 ):
-    await update_policy(first_byte_bound_s=BOUND_S, consecutive_failures=1)
-    await update_provider("ollama-local", timeout_s=1.0)
+    await update_policy(gateway, first_byte_bound_s=BOUND_S, consecutive_failures=1)
+    await update_provider(gateway, "ollama-local", timeout_s=1.0)
     primary.set_fault(mode="hang")  # /api/ps lists the model as loaded: wedged
     seconds, body = await _timed(api)
     assert body["provider"] == "openai-cloud"

@@ -225,7 +225,7 @@ async def test_a_run_checks_every_enabled_provider_and_records_each_verdict(
 async def test_the_paid_probe_runs_only_when_the_policy_asks(gateway, primary, secondary):
     await sentinel_run(gateway)
     assert secondary.calls == 0
-    await update_policy(sentinel_paid_probe=True)
+    await update_policy(gateway, sentinel_paid_probe=True)
     await sentinel_run(gateway)
     assert secondary.calls == 1
 
@@ -246,7 +246,7 @@ async def test_providers_are_checked_in_parallel(gateway, primary, secondary):
 
 @with_db
 async def test_a_hanging_provider_is_bad_within_the_check_timeout(gateway, primary, secondary):
-    await update_policy(sentinel_check_timeout_s=1.0)
+    await update_policy(gateway, sentinel_check_timeout_s=1.0)
     primary.set_fault(mode="hang", scope="all")
 
     started = time.monotonic()

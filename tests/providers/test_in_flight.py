@@ -57,7 +57,7 @@ async def test_past_the_limit_a_request_goes_to_the_next_provider_at_once(
     from providers.models import Provider
 
     await sync_to_async(Provider.objects.filter(name="ollama-local").update)(max_in_flight=2)
-    await update_policy()
+    await update_policy(gateway)
     primary.set_fault(mode="slow", delay_ms=800)
     answers = await asyncio.gather(*(_timed(ask(api, cache=False)) for _ in range(5)))
     local = [seconds for seconds, body in answers if body["provider"] == "ollama-local"]
@@ -78,11 +78,11 @@ async def test_a_place_is_given_back_whatever_the_call_ended_in(api, gateway, pr
     from providers.models import Provider
 
     await sync_to_async(Provider.objects.filter(name="ollama-local").update)(max_in_flight=1)
-    await update_policy()
+    await update_policy(gateway)
     for mode in ("error", "ok", "hang"):
         primary.set_fault(mode=mode)
         if mode == "hang":
-            await update_policy(request_deadline_s=1.0)
+            await update_policy(gateway, request_deadline_s=1.0)
         await ask(api, cache=False)
         assert gateway.in_flight.count("ollama-local") == 0, mode
     # A stream gives its place back at its first token.

@@ -4,8 +4,6 @@ next outage is an incident (and an alert) of its own."""
 
 from __future__ import annotations
 
-import asyncio
-import gc
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -21,6 +19,7 @@ from gateway.state.redis_store import RedisStore
 from gateway.state.resilient_store import ResilientStore
 from providers.models import Incident
 from runtime.incidents import incidents_and_alerts, incidents_reconcile
+from tests.serving import lifespan_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -101,28 +100,8 @@ async def test_with_the_shared_state_unreachable_it_is_left_as_it_is(closed_port
 @asynccontextmanager
 async def serving_process_started(monkeypatch) -> AsyncIterator[list[dict]]:
     """The ASGI application's lifespan, started (what it sent back) and then shut down."""
-    from failover_site import asgi
-
-    # Only the start-up's own work, no periodic jobs: one caught mid-run by this quick shutdown
-    # holds it up (asgiref lets a cancelled ORM call finish and swallows the cancellation).
-    monkeypatch.setattr(asgi, "serving_process_jobs", lambda: ())
-    messages: asyncio.Queue[dict] = asyncio.Queue()
-    sent: list[dict] = []
-    answered = asyncio.Event()
-
-    async def send(message: dict) -> None:
-        sent.append(message)
-        answered.set()
-
-    await messages.put({"type": "lifespan.startup"})
-    lifespan = asyncio.create_task(asgi.application({"type": "lifespan"}, messages.get, send))
-    try:
-        await asyncio.wait_for(answered.wait(), 10)
+    async with lifespan_run(monkeypatch, state={}) as sent:
         yield sent
-    finally:
-        await messages.put({"type": "lifespan.shutdown"})
-        await asyncio.wait_for(lifespan, 10)
-        gc.unfreeze()  # the start-up froze this test process's objects
 
 
 async def test_a_serving_process_settles_them_as_it_starts_before_any_request(gateway, monkeypatch):

@@ -23,7 +23,7 @@ WINDOWS = Windows(bucket_s=1, failure_window_s=60, p95_window_s=120)
 
 @pytest.fixture
 async def enabled(gateway) -> None:
-    await update_policy(keepalive_enabled=True)
+    await update_policy(gateway, keepalive_enabled=True)
 
 
 async def secondary_counters(gateway) -> tuple[BreakerState, int]:

@@ -191,7 +191,7 @@ async def test_a_stream_that_breaks_before_its_first_token_fails_over_unseen(
 async def test_a_primary_slow_to_its_first_token_is_passed_over_before_a_byte_is_sent(
     live_url, gateway, primary, secondary
 ):
-    await update_policy(first_token_timeout_s=0.5)
+    await update_policy(gateway, first_token_timeout_s=0.5)
     primary.set_fault(mode="stall", delay_ms=3000)
     body = {"model": "auto", "messages": HELLO, "stream": True}
     started = time.monotonic()

@@ -25,9 +25,9 @@ from schemathesis.specs.openapi.definitions import OPENAPI_31_VALIDATOR
 
 from edge.api import chat_request, embeddings_request, validation
 from edge.api.openapi import openapi_document
-from runtime.gateway import Gateway, make_store, set_gateway
 from tests.factories import AUTH
-from tests.providers.conftest import _flush_test_redis, serve_platform
+from tests.providers.conftest import platform_served
+from tests.serving import handed
 
 # The tests on the document itself touch no database and no shared state; the others get the
 # database through the platform's fixtures.
@@ -63,15 +63,8 @@ def _schemathesis_config(*, make_up_keys: bool) -> schemathesis.Config:
 @pytest.fixture
 def platform_url(providers_configured) -> Iterator[str]:
     """The whole platform on a loopback port, with its own gateway and the fake providers."""
-    _flush_test_redis()
-    gateway = Gateway(store=make_store())
-    set_gateway(gateway)
-    try:
-        with serve_platform(gateway.aclose) as url:
-            yield url
-    finally:
-        set_gateway(None)
-        _flush_test_redis()
+    with platform_served() as url:
+        yield url
 
 
 def _reference() -> dict[str, Any]:
@@ -125,7 +118,7 @@ def _component(name: str) -> dict[str, Any]:
 async def anonymous(gateway) -> Any:
     from failover_site.asgi import application
 
-    transport = httpx.ASGITransport(app=application)
+    transport = httpx.ASGITransport(app=handed(application, gateway))
     async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
         yield client
 

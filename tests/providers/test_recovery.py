@@ -17,7 +17,7 @@ PRIMARY = "ollama-local"
 
 
 async def _opened(api, gateway, primary) -> None:
-    await update_policy(cooldown_s=1, max_cooldown_s=600)
+    await update_policy(gateway, cooldown_s=1, max_cooldown_s=600)
     primary.set_fault(mode="error")
     for _ in range(3):
         await ask(api, cache=False)

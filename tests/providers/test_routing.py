@@ -217,14 +217,16 @@ async def test_an_admin_change_is_served_within_a_second_without_sql_on_the_way(
 
 async def test_after_a_quiet_second_the_first_request_already_sees_a_change(api, gateway, primary):
     assert (await ask(api)).json()["provider"] == "ollama-local"  # the poller is running
-    await update_policy_elsewhere(kill_switch="static_only", kill_switch_reason="drill")
+    await update_policy_elsewhere(
+        gateway.store, kill_switch="static_only", kill_switch_reason="drill"
+    )
     await asyncio.sleep(1.0)  # no request meanwhile: the process rebuilt on its own
     assert (await ask(api)).json()["tier"] in ("static", "degraded")
 
 
-async def update_policy_elsewhere(**values) -> None:
-    """A change committed by another process: the row and the version, nothing in this one's
-    snapshot holder."""
+async def update_policy_elsewhere(store, **values) -> None:
+    """A change committed by another process: the row and the version (in `store`, the shared
+    state), nothing in this one's snapshot holder."""
     from providers.selectors import policy_get
 
     def change() -> None:
@@ -233,10 +235,8 @@ async def update_policy_elsewhere(**values) -> None:
             setattr(policy, key, value)
         policy.save()
 
-    from runtime.gateway import get_gateway
-
     await sync_to_async(change)()
-    await sync_to_async(get_gateway().store.bump_config_version)()
+    await sync_to_async(store.bump_config_version)()
 
 
 async def test_shutdown_writes_what_the_ledger_holds(api, gateway):

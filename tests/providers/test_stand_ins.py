@@ -88,7 +88,7 @@ async def test_retry_after_counts_down_to_the_earliest_breaker_probe(
     live_url, gateway, clock, primary, secondary
 ):
     await agent_app()
-    await update_policy(consecutive_failures=1, cooldown_s=60, max_cooldown_s=600)
+    await update_policy(gateway, consecutive_failures=1, cooldown_s=60, max_cooldown_s=600)
     primary.set_fault(mode="error")
     secondary.set_fault(mode="error")
     async with sdk(live_url, AGENT_KEY) as client:

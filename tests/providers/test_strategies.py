@@ -51,7 +51,7 @@ async def test_hedged_a_slow_primary_gets_company_and_the_secondary_answers(
     api, gateway, primary, secondary
 ):
     primary.set_fault(mode="slow", delay_ms=3000)
-    await update_policy(strategy="hedged", hedge_after_ms=300)
+    await update_policy(gateway, strategy="hedged", hedge_after_ms=300)
 
     body, elapsed = await timed_ask(api)
 
@@ -72,7 +72,7 @@ async def test_hedged_the_cancelled_primary_is_not_charged_on_its_breaker(
     api, gateway, primary, secondary
 ):
     primary.set_fault(mode="slow", delay_ms=3000)
-    await update_policy(strategy="hedged", hedge_after_ms=300)
+    await update_policy(gateway, strategy="hedged", hedge_after_ms=300)
 
     for _ in range(3):  # as many as consecutive failures that would open it
         assert (await ask(api)).json()["provider"] == "openai-cloud"
@@ -89,7 +89,7 @@ async def test_hedged_the_cancelled_primary_is_not_charged_on_its_breaker(
 async def test_hedged_a_cancelled_probe_gives_its_half_open_slot_back(
     api, gateway, clock, primary, secondary
 ):
-    await update_policy(strategy="hedged", hedge_after_ms=300)
+    await update_policy(gateway, strategy="hedged", hedge_after_ms=300)
     primary.set_fault(mode="error", status=500)
     for _ in range(3):
         await ask(api)
@@ -111,7 +111,7 @@ async def test_hedged_a_cancelled_probe_gives_its_half_open_slot_back(
 
 
 async def test_hedged_a_fast_primary_never_calls_the_secondary(api, gateway, primary, secondary):
-    await update_policy(strategy="hedged", hedge_after_ms=300)
+    await update_policy(gateway, strategy="hedged", hedge_after_ms=300)
 
     answers = [(await timed_ask(api))[0] for _ in range(5)]
 
@@ -125,7 +125,7 @@ async def test_hedged_a_primary_failing_fast_sends_the_secondary_in_at_once(
     api, gateway, primary, secondary
 ):
     primary.set_fault(mode="error", status=500)
-    await update_policy(strategy="hedged", hedge_after_ms=5000)
+    await update_policy(gateway, strategy="hedged", hedge_after_ms=5000)
 
     body, elapsed = await timed_ask(api)
 
@@ -145,7 +145,7 @@ async def test_hedged_the_first_good_answer_wins_even_when_it_is_the_first_provi
 ):
     primary.set_fault(mode="slow", delay_ms=600)
     secondary.set_fault(mode="slow", delay_ms=3000)
-    await update_policy(strategy="hedged", hedge_after_ms=200)
+    await update_policy(gateway, strategy="hedged", hedge_after_ms=200)
 
     body, elapsed = await timed_ask(api)
 
@@ -164,7 +164,7 @@ async def test_hedged_a_hedge_that_fails_leaves_the_slow_primary_to_answer(
 ):
     primary.set_fault(mode="slow", delay_ms=800)
     secondary.set_fault(mode="error", status=503)
-    await update_policy(strategy="hedged", hedge_after_ms=200)
+    await update_policy(gateway, strategy="hedged", hedge_after_ms=200)
 
     body, elapsed = await timed_ask(api)
 
@@ -177,7 +177,7 @@ async def test_hedged_a_hedge_that_fails_leaves_the_slow_primary_to_answer(
 async def test_hedged_both_failing_falls_back_as_before(api, gateway, primary, secondary):
     primary.set_fault(mode="error", status=500)
     secondary.set_fault(mode="error", status=503)
-    await update_policy(strategy="hedged", hedge_after_ms=300)
+    await update_policy(gateway, strategy="hedged", hedge_after_ms=300)
 
     body, elapsed = await timed_ask(api, "What are your opening hours?")
 
@@ -189,7 +189,7 @@ async def test_hedged_a_stream_slow_to_its_first_token_loses_to_the_next_provide
     gateway, primary, secondary
 ):
     primary.set_fault(mode="stall", delay_ms=3000)  # within the time to first token (10 s)
-    await update_policy(strategy="hedged", hedge_after_ms=300)
+    await update_policy(gateway, strategy="hedged", hedge_after_ms=300)
     request = RouteRequest(
         completion=CompletionRequest(prompt="Say hello."), request_id="hedged-stream", stream=True
     )

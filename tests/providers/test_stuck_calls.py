@@ -116,7 +116,7 @@ async def test_a_black_holed_primary_opens_and_its_waiting_requests_move_on(
     api, gateway, primary, secondary, strategy
 ):
     # Hedged: a hedge only after 5 s, so it is the stuck rule that moves the requests on.
-    await update_policy(stuck_floor_s=0.4, strategy=strategy, hedge_after_ms=5000)
+    await update_policy(gateway, stuck_floor_s=0.4, strategy=strategy, hedge_after_ms=5000)
     await _warm(api)
     primary.set_fault(mode="hang")  # accepts, never answers: the timeout is 15 s
     answers = await asyncio.gather(*(_timed(api) for _ in range(6)))
@@ -150,7 +150,7 @@ async def test_a_black_holed_primary_opens_and_its_waiting_requests_move_on(
 async def test_a_slow_answer_counted_stuck_is_not_counted_again_when_it_comes(
     api, gateway, primary, clock
 ):
-    await update_policy(stuck_floor_s=0.2, slow_call_s=30, p95_latency_s=30)
+    await update_policy(gateway, stuck_floor_s=0.2, slow_call_s=30, p95_latency_s=30)
     await _warm(api)
     primary.set_fault(mode="slow", delay_ms=600)
     seconds, body = await _timed(api)
@@ -168,7 +168,7 @@ async def test_a_slow_answer_counted_stuck_is_not_counted_again_when_it_comes(
 async def test_a_breaker_opened_by_another_process_moves_a_stuck_call_on(
     api, gateway, primary, secondary
 ):
-    await update_policy(stuck_floor_s=0.3, consecutive_failures=5)
+    await update_policy(gateway, stuck_floor_s=0.3, consecutive_failures=5)
     await _warm(api)
     primary.set_fault(mode="hang")
     waiting = asyncio.ensure_future(_timed(api))
@@ -200,7 +200,7 @@ async def _stream(api) -> str:
 async def test_a_stream_that_stalls_past_its_providers_usual_pause_counts_stuck_and_goes_on(
     api, gateway, primary, clock
 ):
-    await update_policy(stuck_floor_s=0.3)
+    await update_policy(gateway, stuck_floor_s=0.3)
     for _ in range(MIN_SAMPLES):  # pieces milliseconds apart: the pause allowed is the floor
         assert "[DONE]" in await _stream(api)
     primary.set_fault(chunk_delay_ms=700)  # 15 s would be the provider's timeout

@@ -12,9 +12,9 @@ from gateway.routing.outage_watch import TRICKLE_EVERY_S
 from tests.providers.conftest import ask, ledger_rows, update_policy
 
 
-async def _both_open(api, primary, secondary) -> None:
+async def _both_open(api, gateway, primary, secondary) -> None:
     """Both providers fail once with consecutive_failures 1 and a long cooldown: both open."""
-    await update_policy(consecutive_failures=1, cooldown_s=600, max_cooldown_s=3600)
+    await update_policy(gateway, consecutive_failures=1, cooldown_s=600, max_cooldown_s=3600)
     primary.set_fault(mode="error", status=500, scope="all")
     secondary.set_fault(mode="error", status=500, scope="all")
     assert (await ask(api, cache=False)).json()["tier"] in ("static", "degraded")
@@ -28,7 +28,7 @@ async def _state(gateway, name: str) -> BreakerState:
 async def test_the_first_provider_back_answers_at_once_though_its_cooldown_has_not_ended(
     api, gateway, primary, secondary
 ):
-    await _both_open(api, primary, secondary)
+    await _both_open(api, gateway, primary, secondary)
     assert (await _state(gateway, "ollama-local")).state == State.OPEN
     primary.reset()
     secondary.reset()
@@ -48,7 +48,7 @@ async def test_the_first_provider_back_answers_at_once_though_its_cooldown_has_n
 
 
 async def test_a_dead_upstream_gets_a_trickle_never_a_pile(api, gateway, primary, secondary):
-    await _both_open(api, primary, secondary)
+    await _both_open(api, gateway, primary, secondary)
     calls = primary.calls
     answers = await asyncio.gather(*(ask(api, cache=False) for _ in range(8)))
     assert all(a.json()["tier"] in ("static", "degraded") for a in answers)
@@ -65,8 +65,8 @@ async def test_a_dead_upstream_gets_a_trickle_never_a_pile(api, gateway, primary
 async def test_a_trickle_call_to_a_hung_provider_keeps_no_client_waiting(
     api, gateway, primary, secondary
 ):
-    await _both_open(api, primary, secondary)
-    await update_policy(first_byte_bound_s=0.3)
+    await _both_open(api, gateway, primary, secondary)
+    await update_policy(gateway, first_byte_bound_s=0.3)
     primary.set_fault(mode="hang")
     started = time.monotonic()
     body = (await ask(api, cache=False)).json()
@@ -79,7 +79,7 @@ async def test_an_open_breaker_is_probed_the_moment_its_cooldown_ends(gateway, p
     from runtime.jobs import RECOVERY
     from runtime.scheduler import InProcessScheduler
 
-    await update_policy(half_open_probes=1)
+    await update_policy(gateway, half_open_probes=1)
     state = await _state(gateway, "ollama-local")
     opened = BreakerState(state=State.OPEN, version=state.version + 1, open_until=clock.wall() + 2)
     assert await gateway.store.transition("ollama-local", state.version, opened)
