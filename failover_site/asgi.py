@@ -113,7 +113,7 @@ async def _lifespan(scope: dict[str, Any], receive: Any, send: Any) -> None:
         # only the watch on the workers' sentinel with Celery.
         scheduler.start()
         await send({"type": "lifespan.startup.complete"})
-        message = await receive()  # lifespan.shutdown: nothing else comes
+        await receive()  # lifespan.shutdown: nothing else comes
         try:
             await scheduler.stop()
             # Alert deliveries in this process's threads get a few seconds to finish.

@@ -15,6 +15,8 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.contrib.contenttypes.models import ContentType
 
+from gateway.state.memory_store import MemoryStore
+from runtime.gateway import Gateway
 from tests.factories import AUTH
 from tests.providers.conftest import (  # noqa: F401 - fixtures used through the ones below
     platform_served,
@@ -22,6 +24,7 @@ from tests.providers.conftest import (  # noqa: F401 - fixtures used through the
     providers_configured,
     secondary,
 )
+from tests.serving import ServingClient, serving
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_FLAGS = [
@@ -74,6 +77,21 @@ def platform_url(providers_configured) -> Iterator[str]:  # noqa: F811
     """The whole platform on a loopback port, with its own gateway."""
     with platform_served() as url:
         yield url
+
+
+@pytest.fixture
+def gateway() -> Iterator[Gateway]:
+    """The serving process's gateway on an in-process store, the committed changes going to
+    it."""
+    gateway = Gateway(store=MemoryStore())
+    with serving(gateway):
+        yield gateway
+
+
+@pytest.fixture
+def serving_client(gateway) -> ServingClient:
+    """The admin as the serving process answers it: the gateway in each request's scope."""
+    return ServingClient(gateway)
 
 
 def status_permission() -> Permission:

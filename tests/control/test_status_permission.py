@@ -6,12 +6,10 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth import get_user_model
 
-from gateway.state.memory_store import MemoryStore
 from providers.models import FailoverPolicy
-from runtime.gateway import Gateway
 from tests.control.conftest import status_permission
 from tests.factories import make_provider, make_user
-from tests.serving import ServingClient, serving
+from tests.serving import ServingClient
 
 pytestmark = pytest.mark.django_db
 
@@ -19,17 +17,13 @@ PANEL = "/admin/control/status/"
 
 
 @pytest.fixture(autouse=True)
-def gateway():
+def _permission() -> None:
     status_permission()
-    gateway = Gateway(store=MemoryStore())
-    with serving(gateway):
-        yield gateway
 
 
 @pytest.fixture
-def client(gateway) -> ServingClient:
-    """The admin as the serving process answers it: the gateway in each request's scope."""
-    return ServingClient(gateway)
+def client(serving_client) -> ServingClient:
+    return serving_client
 
 
 @pytest.fixture

@@ -13,33 +13,23 @@ from control_room.dashboard import control_status, health_of
 from gateway.engine.breaker import BreakerEvent, BreakerState, EventKind, Mode, State
 from gateway.engine.health import DEGRADED, DISABLED, DOWN, HEALTHY
 from gateway.state.contract import WindowSummary
-from gateway.state.memory_store import MemoryStore
 from providers.models import ConfigChange, FailoverPolicy, Incident, Provider
 from providers.selectors import policy_get
 from providers.services import policy as policy_services
 from providers.services import provider_actions
-from runtime.gateway import Gateway
 from runtime.incidents import incidents_record
 from tests.control.conftest import status_permission
 from tests.factories import make_call_record, make_provider, make_user
-from tests.serving import ServingClient, serving
+from tests.serving import ServingClient
 
 pytestmark = pytest.mark.django_db
 
 QUIET = WindowSummary(calls=0, failures=0, failure_rate_pct=0.0, p95_ms=None, calls_per_minute=0)
 
 
-@pytest.fixture(autouse=True)
-def gateway():
-    gateway = Gateway(store=MemoryStore())
-    with serving(gateway):
-        yield gateway
-
-
 @pytest.fixture
-def client(gateway) -> ServingClient:
-    """The admin as the serving process answers it: the gateway in each request's scope."""
-    return ServingClient(gateway)
+def client(serving_client) -> ServingClient:
+    return serving_client
 
 
 @pytest.fixture
