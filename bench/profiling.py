@@ -10,8 +10,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from procs import LOAD_CPU, Processes
-from wrkrun import wrk_argv
+from procs import BENCH_KEY, LOAD_CPU, BenchError, Processes
+from wrkrun import parse_wrk, wrk_argv
+
+# How long past py-spy's own seconds the load runs: it starts before py-spy does and must not
+# end before py-spy has.
+LOAD_MARGIN_S = 4
 
 
 def record_profile(
@@ -26,8 +30,10 @@ def record_profile(
     seconds: int,
     connections: int,
 ) -> tuple[dict[str, Any] | None, str | None]:
-    """`py-spy record --gil --threads` on `pid` while wrk loads `url`: (the summary, None), or
-    (None, why not)."""
+    """`py-spy record --gil --threads` on `pid` while wrk loads `url` with the measured runs'
+    request (the bench's client key included): (the summary, None), or (None, why not). A load
+    that wasn't answered 2xx every time profiles another path than the one named, so its
+    profile is refused."""
     py_spy = shutil.which(
         "py-spy", path=f"{Path(python).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     )
@@ -35,9 +41,9 @@ def record_profile(
         return None, f"--py-spy: py-spy not found (install: {python} -m pip install py-spy)"
     raw = work / f"py-spy-{target}.txt"
     load = procs.start(
-        "wrk-profile",
-        wrk_argv(url, connections, seconds + 4, latency=False),
-        {**os.environ, "BENCH_BODY": body},
+        f"wrk-profile-{target}",
+        wrk_argv(url, connections, seconds + LOAD_MARGIN_S, latency=False),
+        {**os.environ, "BENCH_BODY": body, "BENCH_KEY": BENCH_KEY},
         LOAD_CPU,
     )
     try:
@@ -66,14 +72,32 @@ def record_profile(
             LOAD_CPU,
             timeout=seconds + 30,
         )
+        load.wait(timeout=seconds + LOAD_MARGIN_S + 30)
     finally:
         procs.stop(load)
     if done.returncode != 0 or not raw.exists():
         return None, f"py-spy failed on {target}: {(done.stderr or done.stdout)[-300:]}"
+    refused = _load_refused(Path(load.bench_log).read_text(errors="replace"))
+    if refused:
+        return None, f"py-spy on {target}: its load {refused}; no profile of that"
     summary = summarize_profile(raw.read_text(errors="replace"))
     summary["connections"] = connections
     summary["seconds"] = seconds
     return summary, None
+
+
+def _load_refused(output: str) -> str:
+    """What was wrong with the profile's load (wrk's output), or "" if every answer was 2xx."""
+    try:
+        parsed = parse_wrk(output)
+    except BenchError:
+        return f"printed no summary: {output[-300:]}"
+    if parsed["non_2xx"] or any(parsed["socket_errors"].values()):
+        return (
+            f"had {parsed['non_2xx']} non-2xx answers and socket errors "
+            f"{parsed['socket_errors']} of {parsed['requests']}"
+        )
+    return ""
 
 
 _PROFILE_ROOTS = frozenset(
