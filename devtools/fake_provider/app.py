@@ -24,6 +24,8 @@ close its listener for `for_ms` (see `config`).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import gzip
 import json
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -161,7 +163,7 @@ class FakeProviderApp:
             return
         if stall and await disconnected_within(receive, stall):
             return
-        await _deliver(reply, send, echo)
+        await _deliver(encoded(reply, config.content_encoding), send, echo)
 
     async def _control(self, method: str, path: str, receive: Receive, send: Send) -> None:
         if (method, path) == ("GET", "/_control/stats"):
@@ -295,6 +297,17 @@ def _malformed(reply: Reply) -> Reply:
             separator=reply.separator,
         )
     return Reply(200, reply.content_type, (broken,), headers=reply.headers)
+
+
+def encoded(reply: Reply, encoding: str) -> Reply:
+    """A whole reply's body in `encoding` (`FakeConfig.content_encoding`)."""
+    if not encoding:
+        return reply
+    body = reply.chunks[0]
+    body = gzip.compress(body) if encoding == "gzip" else b"not gzip: " + body
+    return dataclasses.replace(
+        reply, chunks=(body,), headers=(*reply.headers, (b"content-encoding", b"gzip"))
+    )
 
 
 async def _deliver(reply: Reply, send: Send, echo: str = "") -> None:

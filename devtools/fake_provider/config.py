@@ -43,6 +43,9 @@ What the models can do (`tools`, `ollama_extra`, `embeddings`):
   where the request has tools or asks for JSON; `disobey.disobeyed`): "text" answers plain text
   (no tool call, no JSON), "unknown_tool" calls a tool the request never offered, "off_schema"
   answers JSON that matches no schema of the request's; "" (the default) obeys.
+- content_encoding: how a whole (not streamed) answer's body is encoded: "gzip" compressed,
+  with `Content-Encoding: gzip`, as a server behind a compressing proxy answers; "bad_gzip"
+  the header over a body that isn't gzip; "" (the default) sent as it is.
 
 `jitter_ms` spreads slow's and stall's wait: each call draws it uniformly from delay_ms ±
 jitter_ms (never below 0), so "answers normally take 4-8 s" is delay_ms 6000, jitter_ms 2000.
@@ -77,6 +80,7 @@ MODES = (
 )  # fmt: skip
 SCOPES = ("chat", "all")
 DISOBEY = ("", "text", "unknown_tool", "off_schema")
+CONTENT_ENCODINGS = ("", "gzip", "bad_gzip")
 DEFAULT_MODELS = ("llama3.1:8b", "gpt-4o-mini")
 DEFAULT_TEXT = "This is the fake provider's answer to your question."
 # The hang mode's cap: a client without a timeout still gets its connection back eventually.
@@ -123,6 +127,7 @@ class FakeConfig:
     embedding_dimensions: int = DEFAULT_EMBEDDING_DIMENSIONS
     disobey: str = ""
     load_ms: int = 0  # the loading mode's load
+    content_encoding: str = ""
     # The answer split into tokens (words with their leading whitespace): joining the first n
     # gives the answer cut to n tokens, and each one is a stream chunk.
     pieces: tuple[str, ...] = field(init=False, repr=False, compare=False)
@@ -263,6 +268,7 @@ _VALIDATORS = {
     "embedding_dimensions": _int_between(1, MAX_EMBEDDING_DIMENSIONS),
     "disobey": _choice(DISOBEY),
     "load_ms": _int_between(0, int(HANG_CAP_SECONDS * 1000)),
+    "content_encoding": _choice(CONTENT_ENCODINGS),
 }
 
 

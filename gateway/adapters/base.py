@@ -11,6 +11,7 @@ import asyncio
 import json
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import httpx
@@ -28,11 +29,26 @@ from gateway.adapters.messages import (
     prompt_needed,
 )
 from gateway.adapters.stream import CompletionStream, StreamDecoder
+from gateway.adapters.transport import Fetch
 from gateway.engine.config import ProviderConfig
 from gateway.engine.scrub import scrub_cut
 
 # The finish reasons of an answer cut at its token limit, in each dialect's words.
 CUT_OFF = ("length", "max_tokens")
+
+
+class Template:
+    """A request's parts made once per method and path: httpx's URL and headers, and the
+    same as text for `fetch`."""
+
+    __slots__ = ("headers", "host", "pairs", "url", "url_text")
+
+    def __init__(self, url: httpx.URL, headers: httpx.Headers) -> None:
+        self.url = url
+        self.headers = headers
+        self.url_text = str(url)
+        self.host = url.host
+        self.pairs = tuple((k.decode("latin-1"), v.decode("latin-1")) for k, v in headers.raw)
 
 
 class ProviderAdapter(ABC):
@@ -46,7 +62,9 @@ class ProviderAdapter(ABC):
         self.client = client
         self.failures = Failures(config.secrets)
         self._headers = self.headers()
-        self._templates: dict[tuple[str, str], tuple[httpx.URL, httpx.Headers]] = {}
+        self._templates: dict[tuple[str, str], Template] = {}
+        # The client's way to a whole answer without httpx's objects, where it has one.
+        self._fetch: Fetch | None = getattr(client, "fetch", None)
 
     @property
     def name(self) -> str:
@@ -173,29 +191,36 @@ class ProviderAdapter(ABC):
         classified ProviderError. `timeout` bounds the whole call, connect to last byte."""
         started = time.perf_counter()
         with self.failures.classified(f"no answer within {timeout:.2f} s"):
-            async with asyncio.timeout(timeout):
-                response = await self.client.send(
-                    self._build(method, path, payload, timeout), follow_redirects=False
-                )
-            body = response.content
+            if self._fetch is not None:
+                template = self._template(method, path)
+                content = None if payload is None else json.dumps(payload).encode()
+                async with asyncio.timeout(timeout):
+                    fetched = await self._fetch(
+                        method, template.url_text, template.host, template.pairs, content, timeout
+                    )
+                status, headers, body = fetched.status, fetched.headers, fetched.body
+            else:
+                async with asyncio.timeout(timeout):
+                    response = await self.client.send(
+                        self._build(method, path, payload, timeout), follow_redirects=False
+                    )
+                status, headers, body = response.status_code, response.headers, response.content
         latency_ms = (time.perf_counter() - started) * 1000
-        if response.status_code >= 400:
-            raise self._status_error(response, body)
+        if status >= 400:
+            raise self._status_error(status, headers, body)
         try:
             decoded = json.loads(body)
         except (ValueError, RecursionError) as exc:
             raise self.failures.failed(ErrorClass.MALFORMED, "the body is not JSON") from exc
         return decoded, latency_ms
 
-    def _status_error(self, response: httpx.Response, body: bytes) -> ProviderError:
-        message = self.error_message(body) or f"HTTP {response.status_code}"
+    def _status_error(self, status: int, headers: Mapping[str, str], body: bytes) -> ProviderError:
+        message = self.error_message(body) or f"HTTP {status}"
         return self.failures.failed(
-            classify_status(response.status_code, message),
+            classify_status(status, message),
             message,
-            status=response.status_code,
-            retry_after_s=parse_retry_after(
-                response.headers.get("retry-after"), now_epoch=time.time()
-            ),
+            status=status,
+            retry_after_s=parse_retry_after(headers.get("retry-after"), now_epoch=time.time()),
         )
 
     # Streaming ----------------------------------------------------------------------------
@@ -238,7 +263,7 @@ class ProviderAdapter(ABC):
                 with self.failures.classified("no error body in time"):
                     async with asyncio.timeout_at(first_deadline):
                         body = await response.aread()
-                raise self._status_error(response, body)
+                raise self._status_error(response.status_code, response.headers, body)
             while not stream.first:
                 piece = await stream.next_text(
                     first_deadline, f"no first token within {first_deadline - started:.2f} s"
@@ -262,21 +287,24 @@ class ProviderAdapter(ABC):
         """The request as `client.build_request` would make it, from a template made once per
         method and path: httpx otherwise re-parses the URL and re-merges the client's headers
         on every call, a measurable share of a proxied request (bench/)."""
+        template = self._template(method, path)
+        return httpx.Request(
+            method,
+            template.url,
+            headers=template.headers,
+            content=None if payload is None else json.dumps(payload).encode(),
+            extensions={"timeout": httpx.Timeout(timeout).as_dict()},
+        )
+
+    def _template(self, method: str, path: str) -> Template:
         template = self._templates.get((method, path))
         if template is None:
             # Appended, not joined: a base URL with a path (a proxy's prefix) keeps it.
             url = httpx.URL(self.config.http_base_url + path)
             built = self.client.build_request(method, url, headers=self._headers)
             built.headers.pop("content-length", None)
-            template = self._templates[(method, path)] = (url, built.headers)
-        url, headers = template
-        return httpx.Request(
-            method,
-            url,
-            headers=headers,
-            content=None if payload is None else json.dumps(payload).encode(),
-            extensions={"timeout": httpx.Timeout(timeout).as_dict()},
-        )
+            template = self._templates[(method, path)] = Template(url, built.headers)
+        return template
 
     def error_message(self, body: bytes) -> str:
         """The upstream's own words from an error body, in either common shape."""

@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
-
-import httpx
 
 from gateway.adapters import params, tools
 from gateway.adapters.base import CUT_OFF, ProviderAdapter
@@ -203,11 +202,11 @@ class OllamaAdapter(ProviderAdapter):
             reasoning=thinking,
         )
 
-    def _status_error(self, response: httpx.Response, body: bytes) -> ProviderError:
+    def _status_error(self, status: int, headers: Mapping[str, str], body: bytes) -> ProviderError:
         """Ollama's error statuses in its own words (`classify_ollama`): a busy server's 503
         cools down, a model lacking a capability asked for is skipped for the request."""
-        error = super()._status_error(response, body)
-        error_class = classify_ollama(response.status_code, error.message)
+        error = super()._status_error(status, headers, body)
+        error_class = classify_ollama(status, error.message)
         if error_class == error.error_class:
             return error
         return ProviderError(

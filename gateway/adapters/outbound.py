@@ -135,6 +135,9 @@ class BlockedTransport(httpx.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         raise blocked(self.refusal)
 
+    async def fetch(self, method: str, url: str, host: str, *_: typing.Any) -> typing.NoReturn:
+        raise blocked(self.refusal)
+
 
 class SecretBoundTransport(httpx.AsyncBaseTransport):
     """A provider's pool, sending its key only to a host the key's variable is bound to
@@ -150,13 +153,25 @@ class SecretBoundTransport(httpx.AsyncBaseTransport):
         self._allowed: set[str] = set()  # hosts already checked: one set lookup a request
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        host = request.url.host
+        self._check(str(request.url), request.url.host)
+        return await self._inner.handle_async_request(request)
+
+    async def fetch(self, method: str, url: str, host: str, *rest: typing.Any) -> typing.Any:
+        """The inner transport's `fetch` (`AiohttpTransport`), after the same check."""
+        self._check(url, host)
+        return await self._inner.fetch(method, url, host, *rest)  # type: ignore[attr-defined]
+
+    @property
+    def fetches(self) -> bool:
+        """Whether the inner transport can `fetch`."""
+        return hasattr(self._inner, "fetch")
+
+    def _check(self, url: str, host: str) -> None:
         if host not in self._allowed:
-            refusal = self._destinations.refusal(self._name, str(request.url))
+            refusal = self._destinations.refusal(self._name, url)
             if refusal:
                 raise ProviderError(ErrorClass.UPSTREAM_REJECTED, f"not sent: {refusal}")
             self._allowed.add(host)
-        return await self._inner.handle_async_request(request)
 
     async def aclose(self) -> None:
         await self._inner.aclose()

@@ -23,7 +23,7 @@ from gateway.adapters.outbound import (
     PolicyHTTPTransport,
     SecretBoundTransport,
 )
-from gateway.adapters.transport import AiohttpTransport
+from gateway.adapters.transport import AiohttpTransport, Fetch
 from gateway.aio import LoopLocal, spawn
 from gateway.engine.config import ProviderConfig
 from gateway.engine.outbound import OutboundPolicy, url_refusal
@@ -87,9 +87,11 @@ class _NoCookies(httpx.Cookies):
 class ProviderClient(httpx.AsyncClient):
     """An httpx client that keeps no cookies: an upstream's Set-Cookie must never ride along
     on the next request (another user's), and skipping the cookie jar saves real time on
-    every call."""
+    every call. `fetch`: its transport's way to a whole answer without httpx's objects
+    (`gateway.adapters.transport`), where it has one."""
 
     _no_cookies = _NoCookies()
+    fetch: Fetch | None = None
 
     @property
     def cookies(self) -> httpx.Cookies:
@@ -107,15 +109,19 @@ def make_client(config: ProviderConfig, settings: ClientSettings) -> httpx.Async
         max_keepalive_connections=size,
         keepalive_expiry=30,
     )
-    return ProviderClient(
+    transport = _transport(config, limits, settings)
+    client = ProviderClient(
         base_url=config.http_base_url,
         timeout=config.timeout_s,
         limits=limits,
-        transport=_transport(config, limits, settings),
+        transport=transport,
         # No proxies or netrc from the environment: a provider is reached the way it's configured.
         trust_env=False,
         follow_redirects=False,
     )
+    if getattr(transport, "fetches", True) and hasattr(transport, "fetch"):
+        client.fetch = transport.fetch
+    return client
 
 
 def _connection_key(config: ProviderConfig) -> tuple[str, str, str, int]:

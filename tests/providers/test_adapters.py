@@ -4,7 +4,6 @@ every fault classified by the error table, health checks, the contract and the p
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import replace
@@ -24,6 +23,7 @@ from gateway.adapters.openai import OpenAICompatibleAdapter
 from gateway.adapters.pool import AdapterPool, make_client
 from gateway.engine.config import ProviderConfig
 from runtime.gateway import settings_for_clients
+from tests.providers.wire import Wire
 
 # Touches neither the database nor the shared state: the services pass leaves it out.
 pytestmark = pytest.mark.backend_free
@@ -57,26 +57,6 @@ def provider_config(kind: str, url: str, **overrides: Any) -> ProviderConfig:
 
 def shop_question(**fields: Any) -> CompletionRequest:
     return CompletionRequest(prompt=PROMPT, system_prompt=SYSTEM, **fields)
-
-
-class Wire:
-    """What an adapter's client put on the wire, seen through httpx's event hooks: each request's
-    headers and JSON body, and the local port each answer came back on (one port, one connection).
-    """
-
-    def __init__(self, client: httpx.AsyncClient) -> None:
-        self.headers: list[httpx.Headers] = []
-        self.sent: list[Any] = []
-        self.local_ports: list[int] = []
-        client.event_hooks = {"request": [self._request], "response": [self._response]}
-
-    async def _request(self, request: httpx.Request) -> None:
-        self.headers.append(request.headers)
-        self.sent.append(json.loads(request.content) if request.content else None)
-
-    async def _response(self, response: httpx.Response) -> None:
-        stream = response.extensions["network_stream"]
-        self.local_ports.append(stream.get_extra_info("client_addr")[1])
 
 
 @pytest.fixture(autouse=True, params=["aiohttp", "httpx"])
@@ -150,12 +130,41 @@ class TestAGoodAnswer:
         assert completion.latency_ms > 0
 
     @kinds
+    async def test_a_gzip_encoded_answer_reads_as_the_plain_one(self, kind, fake, make_adapter):
+        fake.set_fault(content_encoding="gzip")
+        adapter = make_adapter(kind, fake.url)
+
+        completion = await adapter.complete(shop_question(), timeout=5)
+
+        assert completion.text == DEFAULT_TEXT
+
+    @kinds
+    async def test_a_whole_answer_skips_httpxs_objects_on_aiohttps_pool_only(
+        self, kind, transport, fake, make_adapter
+    ):
+        adapter = make_adapter(kind, fake.url)
+        through_httpx: list[httpx.Request] = []
+
+        async def seen(request: httpx.Request) -> None:
+            through_httpx.append(request)
+
+        adapter.client.event_hooks = {"request": [seen], "response": []}
+
+        await adapter.complete(shop_question(), timeout=5)
+        stream = await adapter.stream(shop_question(), timeout=5, first_token_timeout=5)
+        await stream.aclose()
+
+        # The stream goes through httpx on either pool; the whole answer only on httpx's own.
+        assert len(through_httpx) == (1 if transport == "aiohttp" else 2)
+        assert fake.calls == 2
+
+    @kinds
     async def test_it_asks_for_the_configured_model_with_the_system_prompt_first(
         self, kind, fake, make_adapter
     ):
         fake.set_fault(models=["shop-model:7b"])  # any other model would be a 404
         adapter = make_adapter(kind, fake.url, model="shop-model:7b")
-        wire = Wire(adapter.client)
+        wire = Wire(adapter)
 
         await adapter.complete(shop_question(), timeout=5)
 
@@ -171,7 +180,7 @@ class TestAGoodAnswer:
         self, kind, fake, make_adapter
     ):
         adapter = make_adapter(kind, fake.url)
-        wire = Wire(adapter.client)
+        wire = Wire(adapter)
 
         completion = await adapter.complete(CompletionRequest(prompt=PROMPT), timeout=5)
 
@@ -191,7 +200,7 @@ class TestAGoodAnswer:
         self, fake, make_adapter
     ):
         adapter = make_adapter("ollama", fake.url)
-        wire = Wire(adapter.client)
+        wire = Wire(adapter)
 
         await adapter.complete(shop_question(max_tokens=3, temperature=0.2), timeout=5)
 
@@ -202,7 +211,7 @@ class TestAGoodAnswer:
         self, fake, make_adapter
     ):
         adapter = make_adapter("ollama", fake.url)
-        wire = Wire(adapter.client)
+        wire = Wire(adapter)
 
         await adapter.complete(shop_question(), timeout=5)
 
@@ -210,7 +219,7 @@ class TestAGoodAnswer:
 
     async def test_openai_gets_max_tokens_and_temperature(self, fake, make_adapter):
         adapter = make_adapter("openai", fake.url)
-        wire = Wire(adapter.client)
+        wire = Wire(adapter)
 
         await adapter.complete(shop_question(max_tokens=3, temperature=0.2), timeout=5)
 
@@ -222,7 +231,7 @@ class TestAGoodAnswer:
         self, fake, make_adapter
     ):
         adapter = make_adapter("openai", fake.url)
-        wire = Wire(adapter.client)
+        wire = Wire(adapter)
 
         await adapter.complete(shop_question(), timeout=5)
 
@@ -246,7 +255,7 @@ class TestOpenAIKeysAndUrls:
     async def test_it_sends_the_configured_key_as_a_bearer_token(self, fake, make_adapter):
         fake.set_fault(api_key="sk-shop-123")
         adapter = make_adapter("openai", fake.url, api_key="sk-shop-123")
-        wire = Wire(adapter.client)
+        wire = Wire(adapter)
 
         completion = await adapter.complete(shop_question(), timeout=5)
 
@@ -265,7 +274,7 @@ class TestOpenAIKeysAndUrls:
     async def test_no_key_where_one_is_required_is_an_auth_error(self, fake, make_adapter):
         fake.set_fault(api_key="sk-shop-123")
         adapter = make_adapter("openai", fake.url)
-        wire = Wire(adapter.client)
+        wire = Wire(adapter)
 
         error = await failure(adapter)
 
@@ -345,6 +354,18 @@ class TestFaults:
         error = await failure(adapter)
 
         assert error.error_class is ErrorClass.MALFORMED
+
+    @kinds
+    async def test_a_body_whose_encoding_does_not_decode_is_malformed(
+        self, kind, fake, make_adapter
+    ):
+        fake.set_fault(content_encoding="bad_gzip")
+        adapter = make_adapter(kind, fake.url)
+
+        error = await failure(adapter)
+
+        assert error.error_class is ErrorClass.MALFORMED
+        assert "DecodingError" in error.message
 
     @kinds
     async def test_a_429_with_retry_after_seconds_is_rate_limited_for_that_long(
@@ -583,7 +604,7 @@ class TestAdapterPool:
     async def test_sequential_calls_reuse_one_connection(self, kind, fake, pool):
         adapter = pool.get(provider_config(kind, fake.url))
         assert adapter is not None
-        wire = Wire(adapter.client)
+        wire = Wire(adapter)
 
         for _ in range(20):
             await adapter.complete(shop_question(), timeout=5)

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from typing import Any
 
-import httpx
 import pytest
 
 from devtools.fake_provider import FakeProvider
@@ -17,6 +15,7 @@ from gateway.adapters.messages import CompletionRequest
 from gateway.adapters.pool import make_client
 from gateway.engine.config import ProviderConfig
 from runtime.gateway import settings_for_clients
+from tests.providers.wire import Wire
 
 MODEL = "claude-3-5-haiku-latest"
 KEY = "sk-ant-test-key"
@@ -50,19 +49,9 @@ async def adapter(request, settings, fake) -> AsyncIterator[AnthropicAdapter]:
         api_key=KEY,
     )
     adapter = AnthropicAdapter(config, make_client(config, settings_for_clients()))
-    sent: list[httpx.Request] = []
-
-    async def keep(request: httpx.Request) -> None:
-        sent.append(request)
-
-    adapter.client.event_hooks = {"request": [keep], "response": []}
-    adapter.sent = sent  # type: ignore[attr-defined]
+    adapter.wire = Wire(adapter)  # type: ignore[attr-defined]
     yield adapter
     await adapter.client.aclose()
-
-
-def _body(request: httpx.Request) -> dict[str, Any]:
-    return json.loads(request.content)
 
 
 async def _fails(adapter: AnthropicAdapter, **fields: Any) -> ProviderError:
@@ -86,12 +75,12 @@ async def test_the_system_prompt_is_a_top_level_field_and_max_tokens_is_always_s
         CompletionRequest(prompt="Say hello.", system_prompt="Be brief.", temperature=1.7),
         timeout=5,
     )
-    body = _body(adapter.sent[-1])
+    body = adapter.wire.sent[-1]
     assert body["system"] == "Be brief."
     assert body["messages"] == [{"role": "user", "content": "Say hello."}]
     assert body["max_tokens"] == DEFAULT_MAX_TOKENS
     assert body["temperature"] == 1.0  # clamped to Anthropic's range
-    headers = adapter.sent[-1].headers
+    headers = adapter.wire.headers[-1]
     assert headers["x-api-key"] == KEY and headers["anthropic-version"] == API_VERSION
     assert "authorization" not in headers
 

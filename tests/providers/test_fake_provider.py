@@ -688,6 +688,7 @@ class TestControl:
                 "embedding_dimensions": 8,
                 "disobey": "",
                 "load_ms": 0,
+                "content_encoding": "",
                 "tool_models": None,
             }
 

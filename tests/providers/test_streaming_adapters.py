@@ -5,7 +5,6 @@ raised from `rest()`; and the pool's connection given back however the stream en
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, ClassVar
@@ -22,6 +21,7 @@ from gateway.adapters.pool import make_client
 from gateway.adapters.stream import CompletionStream
 from runtime.gateway import settings_for_clients
 from tests.providers.test_adapters import MODELS, PROMPT, SYSTEM, provider_config, shop_question
+from tests.providers.wire import Wire
 
 # Touches neither the database nor the shared state: the services pass leaves it out.
 pytestmark = [pytest.mark.slow, pytest.mark.backend_free]
@@ -341,24 +341,13 @@ class CutAfterTheFirstToken:
         assert stream.first + "".join(await the_rest(stream)) == DEFAULT_TEXT
 
 
-class Wire:
-    """Each request's JSON body, as the adapter's client sent it."""
-
-    def __init__(self, client: httpx.AsyncClient) -> None:
-        self.sent: list[Any] = []
-        client.event_hooks = {"request": [self._request], "response": []}
-
-    async def _request(self, request: httpx.Request) -> None:
-        self.sent.append(json.loads(request.content) if request.content else None)
-
-
 class TestOllamaStream(StreamContract, CutAfterTheFirstToken, PauseAfterTheFirstToken):
     kind = "ollama"
     stop_reason = "stop"
     length_reason = "length"
 
     async def test_it_asks_for_a_stream_of_json_lines_with_num_predict(self, adapter):
-        wire = Wire(adapter.client)
+        wire = Wire(adapter)
 
         stream = await open_stream(adapter, shop_question(max_tokens=3, temperature=0.2))
         await the_rest(stream)
@@ -374,7 +363,7 @@ class TestOpenAIStream(StreamContract, CutAfterTheFirstToken, PauseAfterTheFirst
     length_reason = "length"
 
     async def test_it_asks_for_a_stream_with_the_usage_at_its_end(self, adapter):
-        wire = Wire(adapter.client)
+        wire = Wire(adapter)
 
         stream = await open_stream(adapter, shop_question(max_tokens=3))
         await the_rest(stream)
@@ -390,7 +379,7 @@ class TestAnthropicStream(StreamContract):
     length_reason = "max_tokens"
 
     async def test_it_asks_for_a_stream_with_the_system_prompt_on_top(self, adapter):
-        wire = Wire(adapter.client)
+        wire = Wire(adapter)
 
         stream = await open_stream(adapter, shop_question(max_tokens=3))
         await the_rest(stream)
