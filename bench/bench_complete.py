@@ -10,6 +10,8 @@ One run measures requests/s and p50/p99 latency with wrk at each connection coun
 
   direct       the fake provider itself (`manage.py fakeprovider`), hit with the exact POST the
                gateway sends it (Ollama `/api/chat`, `stream: false`);
+  floor        bench/passthrough.py with no httpx at all: raw ASGI, one pooled
+               aiohttp.ClientSession forwarding the body (`passthrough[bare]`): the Python floor;
   passthrough  bench/passthrough.py: raw ASGI, one pooled httpx.AsyncClient, forwarding the body
                to the fake provider (per transport: httpx's own pool, aiohttp's under httpx);
   gateway      the platform (`uvicorn failover_site.asgi:application`), embedded mode, DEBUG=false,
@@ -68,8 +70,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument(
         "--targets",
-        default="direct,passthrough,gateway",
-        help="Any of direct, passthrough, gateway.",
+        default="direct,floor,passthrough,gateway",
+        help="Any of direct, floor, passthrough, gateway.",
     )
     parser.add_argument("--transports", default="httpx,aiohttp", help="Any of httpx, aiohttp.")
     parser.add_argument(
@@ -124,7 +126,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.error("--connections: at least one count, each ≥ 1")
     args.targets = [t.strip() for t in args.targets.split(",") if t.strip()]
     args.transports = [t.strip() for t in args.transports.split(",") if t.strip()]
-    if bad := set(args.targets) - {"direct", "passthrough", "gateway"}:
+    if bad := set(args.targets) - {"direct", "floor", "passthrough", "gateway"}:
         parser.error(f"--targets: unknown {', '.join(sorted(bad))}")
     if bad := set(args.transports) - {"httpx", "aiohttp"}:
         parser.error(f"--transports: unknown {', '.join(sorted(bad))}")
@@ -243,7 +245,8 @@ def main(argv: list[str]) -> int:
     per_run = args.warmup + args.duration + 0.3
     variants = 1 + bool(args.baseline)
     gateways = ("gateway" in args.targets) * len(args.transports) * (1 + args.redis) * variants
-    servers = ("direct" in args.targets) + len(args.transports) * ("passthrough" in args.targets)
+    servers = ("direct" in args.targets) + ("floor" in args.targets)
+    servers += len(args.transports) * ("passthrough" in args.targets)
     servers += gateways
     estimate = servers * len(args.connections) * per_run + 8 * servers + 15
     if args.redis:  # the counted burst and as long with no requests, per gateway+redis
@@ -265,6 +268,8 @@ def main(argv: list[str]) -> int:
         facts = machine_facts(args.python, pin)
         if "direct" in args.targets:
             bench.direct()
+        if "floor" in args.targets:
+            bench.passthrough("bare")
         if "passthrough" in args.targets:
             for transport in args.transports:
                 bench.passthrough(transport)

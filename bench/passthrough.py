@@ -4,10 +4,13 @@ upstream's `/api/chat` through one pooled `httpx.AsyncClient` and answers with t
     BENCH_UPSTREAM=http://127.0.0.1:11434 PROVIDER_HTTP_CLIENT=httpx \
         uvicorn passthrough:app --app-dir bench --loop uvloop --http httptools --lifespan on
 
-PROVIDER_HTTP_CLIENT=aiohttp puts the platform's `providers.transport.AiohttpTransport` under the
-same client, as the gateway's `providers.pool` does (run from the project's root, so `providers`
-imports). The client is set up like the gateway's (same limits, no proxies
+PROVIDER_HTTP_CLIENT=aiohttp puts the platform's `gateway.adapters.transport.AiohttpTransport`
+under the same client, as the gateway's `gateway.adapters.pool` does (run from the project's
+root, so `gateway` imports). The client is set up like the gateway's (same limits, no proxies
 from the environment, no redirects). A GET answers 200 "ok" (readiness).
+
+PROVIDER_HTTP_CLIENT=bare is the Python floor: no httpx at all, one pooled
+`aiohttp.ClientSession` (same connection limit), the body forwarded and the answer read whole.
 """
 
 from __future__ import annotations
@@ -22,6 +25,31 @@ TRANSPORT = os.environ.get("PROVIDER_HTTP_CLIENT", "httpx")
 MAX_CONNECTIONS = 256  # as providers.pool
 
 _client: httpx.AsyncClient | None = None
+_session: Any = None  # the bare floor's aiohttp.ClientSession
+
+
+def _make_session() -> Any:
+    import aiohttp
+
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=MAX_CONNECTIONS, keepalive_timeout=30),
+        trust_env=False,
+    )
+
+
+async def _forward_bare(body: bytes) -> tuple[int, bytes, bytes]:
+    global _session
+    if _session is None:
+        _session = _make_session()
+    async with _session.post(
+        UPSTREAM + "/api/chat",
+        data=body,
+        headers={"content-type": "application/json"},
+        allow_redirects=False,
+    ) as upstream:
+        content = await upstream.read()
+        content_type = upstream.headers.get("content-type", "application/json").encode()
+        return upstream.status, content, content_type
 
 
 def _make_client() -> httpx.AsyncClient:
@@ -31,6 +59,8 @@ def _make_client() -> httpx.AsyncClient:
         keepalive_expiry=30,
     )
     transport = None
+    if TRANSPORT == "bare":
+        raise RuntimeError("the bare floor uses no httpx client")
     if TRANSPORT == "aiohttp":
         from gateway.adapters.transport import AiohttpTransport
 
@@ -67,11 +97,14 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
-                _client = _make_client()
+                if TRANSPORT != "bare":
+                    _client = _make_client()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 if _client is not None:
                     await _client.aclose()
+                if _session is not None:
+                    await _session.close()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
     if scope["type"] != "http":
@@ -85,6 +118,9 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         message = await receive()
         body += message.get("body", b"")
         more = message.get("more_body", False)
+    if TRANSPORT == "bare":
+        await _reply(send, *await _forward_bare(body))
+        return
     if _client is None:  # served without the lifespan protocol
         _client = _make_client()
     upstream = await _client.request("POST", "/api/chat", content=body)

@@ -64,6 +64,43 @@ def machine_facts(python: str, pin: bool) -> dict[str, Any]:
     }
 
 
+# The gateway's share of the bare aiohttp passthrough (the Python floor) to aim for.
+BAR_FLOOR = 0.45
+FLOOR = "passthrough[bare]"
+
+
+def floor_share(
+    args: Any, by: dict[Any, Any], gateways: list[str], width: int, ratios: dict[str, Any]
+) -> None:
+    """Each gateway's throughput as a share of the floor's at the same connection count."""
+    if not any(key[0] == FLOOR for key in by):
+        return
+    print()
+    print(f"Share of the floor ({FLOOR}: raw ASGI over one aiohttp session; bar ≥ {BAR_FLOOR})")
+    print(f"  {'gateway':<{width}} {'conns':>5} {'gw req/s':>9} {'floor':>9} {'share':>6}")
+    for target in gateways:
+        rows = []
+        for c in args.connections:
+            gw, floor = by.get((target, c)), by.get((FLOOR, c))
+            if gw is None or floor is None or not floor.rps:
+                continue
+            share = gw.rps / floor.rps
+            rows.append(
+                {
+                    "connections": c,
+                    "gateway_rps": gw.rps,
+                    "floor_rps": floor.rps,
+                    "share": round(share, 3),
+                    "meets_bar": share >= BAR_FLOOR,
+                }
+            )
+            mark = "" if share >= BAR_FLOOR else "  < bar"
+            print(
+                f"  {target:<{width}} {c:>5} {gw.rps:>9.1f} {floor.rps:>9.1f} {share:>6.2f}{mark}"
+            )
+        ratios.setdefault(target, {})["floor"] = rows
+
+
 def _num(value: float | None, digits: int) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
@@ -154,6 +191,8 @@ def report(bench: Bench, facts: dict[str, Any], elapsed: float) -> dict[str, Any
                     f"{_num(dr.rps if dr else None, 1):>9} {_num(gw_dr, 3):>9}"
                 )
             ratios[target] = {"throughput": rows}
+
+        floor_share(args, by, gateways, width, ratios)
 
         print()
         print("Added latency at 1 connection (p50; gateway − direct, and gateway − passthrough)")
