@@ -58,21 +58,26 @@ class Gateway:
         self.loading = LoadingWatch()  # whether a model is loading, asked at a call's bound
         self.trickle = Trickle()  # the one call at a time while every breaker is open
         self.ledger = ledger or LedgerWriter()
+        self._ports: Ports | None = None
 
     @property
     def ports(self) -> Ports:
-        """What a request's walk and the sentinel talk through."""
-        return Ports(
-            store=self.store,
-            clock=self.clock,
-            adapters=self.adapters,
-            readings=self.readings,
-            in_flight=self.in_flight,
-            stuck=self.stuck,
-            loading=self.loading,
-            trickle=self.trickle,
-            note_events=_note_events,
-        )
+        """What a request's walk and the sentinel talk through: made once, and again only if
+        the store or the clock was swapped (a test may)."""
+        ports = self._ports
+        if ports is None or ports.store is not self.store or ports.clock is not self.clock:
+            ports = self._ports = Ports(
+                store=self.store,
+                clock=self.clock,
+                adapters=self.adapters,
+                readings=self.readings,
+                in_flight=self.in_flight,
+                stuck=self.stuck,
+                loading=self.loading,
+                trickle=self.trickle,
+                note_events=_note_events,
+            )
+        return ports
 
     def config_changed(self) -> None:
         """A control-plane change committed in this process: the version moves for every

@@ -31,6 +31,10 @@ from gateway.state.holds import Holds
 Bucket = dict[str, int]
 
 
+# A provider no check has judged (frozen: one for all).
+NO_VERDICT = HealthState()
+
+
 class AnswerCache:
     """A least-recently-used map of answers with per-entry expiry, bounded by entry count and by
     the values' total size in UTF-8 bytes. An entry is only found expired when it is read (or
@@ -110,6 +114,8 @@ class MemoryStore(StateStore):
         self._clock = clock
         # name -> (verdict, when it lapses on `clock`, or None)
         self._health: dict[str, tuple[HealthState, float | None]] = {}
+        # name -> (state, its health, the state with that health): `_with_health`'s last copy
+        self._dressed: dict[str, tuple[BreakerState, str, BreakerState]] = {}
         self._locks: dict[str, float] = {}  # key -> held until, on `clock`
         self._lock_lock = threading.Lock()
         self._sentinel_last_run: float | None = None
@@ -122,7 +128,16 @@ class MemoryStore(StateStore):
 
     def _with_health(self, name: str, state: BreakerState) -> BreakerState:
         health = self._health_of(name).status
-        return replace(state, health=health) if health != state.health else state
+        if health == state.health:
+            return state
+        # The same state with the same verdict, read again (every call, in steady state): the
+        # copy made last time, not another.
+        dressed = self._dressed.get(name)
+        if dressed is not None and dressed[0] is state and dressed[1] == health:
+            return dressed[2]
+        copy = replace(state, health=health)
+        self._dressed[name] = (state, health, copy)
+        return copy
 
     async def record(self, call: RecordCall) -> Recorded:
         name, sample, now, windows = call.name, call.sample, call.now, call.windows
@@ -154,7 +169,8 @@ class MemoryStore(StateStore):
         elif sample.failure:
             current = replace(current, consecutive_failures=current.consecutive_failures + 1)
         elif sample.ok:
-            current = replace(current, consecutive_failures=0)
+            if current.consecutive_failures:
+                current = replace(current, consecutive_failures=0)
             if (
                 probe_version is not None
                 and current.version == probe_version
@@ -321,11 +337,11 @@ class MemoryStore(StateStore):
     def _health_of(self, name: str) -> HealthState:
         entry = self._health.get(name)
         if entry is None:
-            return HealthState()
+            return NO_VERDICT
         state, lapses_at = entry
         if lapses_at is not None and self._clock() >= lapses_at:
             del self._health[name]
-            return HealthState()
+            return NO_VERDICT
         return state
 
     async def health_record(
