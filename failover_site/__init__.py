@@ -1,5 +1,2 @@
-from __future__ import annotations
-
-from failover_site.celery import app as celery_app
-
-__all__ = ("celery_app",)
+"""The composition root. `celery -A failover_site` finds the Celery app in `failover_site.celery`;
+a serving process imports Celery only when it hands a job to it (`runtime/scheduler.py`)."""

@@ -28,7 +28,6 @@ from django.db import close_old_connections
 
 from gateway.aio import spawn
 from runtime import jobs
-from runtime.celery_app import app as celery_app
 from runtime.gateway import Gateway
 from runtime.jobs import Periodic
 
@@ -74,6 +73,10 @@ def enqueue(name: str, *args: Any, countdown: float = 0.0, local: bool = False) 
 
 def _publish(name: str, args: tuple[Any, ...], countdown: float) -> None:
     try:
+        # Here, not at the top: only a process that hands jobs to Celery loads it (an embedded
+        # one never does, and starts a tenth of a second sooner for it).
+        from runtime.celery_app import app as celery_app
+
         celery_app.send_task(
             f"failover.{name}",
             args=args,

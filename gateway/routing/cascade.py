@@ -90,7 +90,8 @@ async def route(request: RouteRequest, runtime: Runtime) -> RouteResult:
         raise
     if result.pending is None:  # a stream is counted when it is settled
         await rate_settle(runtime.ports, request.rate)
-    return replace(result, store_prompt=snapshot.policy.store_prompts)
+    # The ledger keeps the prompt only where the policy says so (the result says not by default).
+    return replace(result, store_prompt=True) if snapshot.policy.store_prompts else result
 
 
 async def _route(request: RouteRequest, snapshot: Snapshot, ports: Ports) -> RouteResult:
