@@ -1,7 +1,7 @@
 """The API's request path: its middleware chain (`settings.API_MIDDLEWARE`) around the URL
-resolver and the view, kept on the event loop and built only from Django's documented pieces
-(the middleware factory protocol and its hooks, `MiddlewareMixin`, `MiddlewareNotUsed`,
-`import_string`, `django.urls.resolve`).
+resolver and the view, kept on the event loop and built only from Django's public pieces (the
+documented middleware factory protocol and its hooks, `MiddlewareMixin`, `MiddlewareNotUsed`,
+`import_string`; `django.urls`' resolver, whose match for a path is kept).
 
 Under an async handler Django runs a `MiddlewareMixin` middleware (SecurityMiddleware, and most
 of Django's own) by sending its `process_request` and its `process_response` each to a thread:
@@ -19,6 +19,7 @@ for anything else.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -34,7 +35,7 @@ from django.core.exceptions import (
 )
 from django.core.signals import got_request_exception
 from django.http import Http404, HttpRequest, HttpResponseBase
-from django.urls import resolve
+from django.urls import ResolverMatch, URLResolver, get_resolver, get_urlconf
 from django.utils.deprecation import MiddlewareMixin
 from django.utils.module_loading import import_string
 
@@ -100,9 +101,20 @@ def api_chain(
     return chain
 
 
+@functools.lru_cache(maxsize=512)
+def _resolved(resolver: URLResolver, path: str) -> ResolverMatch:
+    """`resolver.resolve(path)`, kept: the few paths the API answers on are resolved once, not
+    by walking the URL patterns on every request. Keyed by the resolver too, which Django makes
+    anew when the URL configuration changes; a path that resolves to nothing raises each time,
+    and is not kept."""
+    return resolver.resolve(path)
+
+
 def _resolving(hooks: _Hooks) -> Handler:
     async def view(request: HttpRequest) -> HttpResponseBase:
-        match = resolve(request.path_info, urlconf=getattr(request, "urlconf", None))
+        # What `django.urls.resolve` does, with the match kept by path.
+        resolver = get_resolver(getattr(request, "urlconf", None) or get_urlconf())
+        match = _resolved(resolver, request.path_info)
         request.resolver_match = match
         for hook in hooks.view:
             response = await hook(request, match.func, match.args, match.kwargs)
