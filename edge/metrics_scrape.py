@@ -38,7 +38,7 @@ from prometheus_client.registry import Collector
 
 from alerts.models import AlertEvent
 from edge.api.access import client_address, presented_key
-from edge.api.common import error_response
+from edge.api.common import NOT_STARTED, error_response
 from edge.api.json_body import ApiError
 from edge.probes import address_allowed
 from gateway.engine.breaker import Mode, State
@@ -72,7 +72,7 @@ async def metrics(request: HttpRequest) -> HttpResponse:
         gateway = gateway_of(request)
     except NotServing as exc:
         logger.error("%s", exc)
-        return error_response(ApiError(503, "not_started", "The gateway is not started."))
+        return error_response(NOT_STARTED)
     return HttpResponse(await scrape(gateway), content_type=CONTENT_TYPE)
 
 

@@ -71,6 +71,10 @@ def error_response(error: ApiError) -> JsonResponse:
     return JsonResponse({"error": error.as_dict()}, status=error.status)
 
 
+# The answer of a process whose gateway the lifespan never built (`runtime.gateway.NotServing`).
+NOT_STARTED = ApiError(503, "not_started", "The gateway is not started.")
+
+
 # Host headers already found in ALLOWED_HOSTS (settings don't change while serving). Only good
 # ones are kept, and only so many, so made-up hosts can't grow it.
 _GOOD_HOSTS: set[tuple[str | None, str | None]] = set()
@@ -104,7 +108,7 @@ def json_errors(
             return await view(request)
         except NotServing as exc:
             logger.error("%s", exc)
-            return render(ApiError(503, "not_started", "The gateway is not started."))
+            return render(NOT_STARTED)
         except Exception:
             logger.exception("unhandled error in %s", request.path)
             return render(ApiError(500, "internal_error", "Something broke on our side."))
