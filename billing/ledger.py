@@ -6,6 +6,7 @@ The buffering, batching, retrying and spilling of a serving process are the runt
 
 from __future__ import annotations
 
+import operator
 from collections import Counter
 from datetime import datetime
 from typing import Any
@@ -56,17 +57,23 @@ def _insert(rows: list[dict[str, Any]]) -> None:
         ", ".join(["%s"] * len(fields)),
         quote("request_id"),
     )
-    columns = [
-        (field, None if isinstance(field, plain) else field.get_db_prep_save) for field in fields
+    names = [field.attname for field in fields]
+    # Values the backend must adapt, by their place in a row.
+    adapted = [
+        (place, field.get_db_prep_save)
+        for place, field in enumerate(fields)
+        if not isinstance(field, plain)
     ]
-    params = [
-        [
-            value if prepare is None else prepare(value, db)
-            for field, prepare in columns
-            for value in (row[field.attname] if field.attname in row else field.get_default(),)
-        ]
-        for row in map(_storable, rows)
-    ]
+    every_field = operator.itemgetter(*names)
+    params = []
+    for row in map(_storable, rows):
+        try:
+            values = list(every_field(row))
+        except KeyError:  # a row without some field: its default
+            values = [row[f.attname] if f.attname in row else f.get_default() for f in fields]
+        for place, prepare in adapted:
+            values[place] = prepare(values[place], db)
+        params.append(values)
     with db.cursor() as cursor:
         cursor.executemany(sql, params)
 
