@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
+import random
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -179,8 +181,17 @@ async def caller_of(request: HttpRequest, gateway: Gateway) -> Caller | Refusal:
     return await identify_or_find(request, snapshot, gateway.snapshots.client_find)
 
 
+# Request ids are random version-4 UUIDs from a generator of the process's own, seeded from the
+# OS's randomness (and seeded anew in a forked child), not `uuid.uuid4()`: that reads the OS's
+# randomness on every request, a system call that hands the GIL to whichever thread wants it
+# (the ledger's writer, under load). An id names a request; it is no secret. Not the `random`
+# module's own generator: a test (or Hypothesis) may seed that one, and repeat ids.
+_ids = random.Random()
+os.register_at_fork(after_in_child=_ids.seed)
+
+
 def _new_id() -> str:
-    return str(uuid.uuid4())
+    return str(uuid.UUID(int=_ids.getrandbits(128), version=4))
 
 
 def _unroutable() -> RouteResult:
