@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Throughput and latency of `POST /api/v1/complete`, against the floors under it.
+"""Throughput and latency of `POST /api/v1/complete` and `POST /v1/chat/completions`, against
+the floors under it.
 
-    .venv/bin/python bench/bench_complete.py                 # defaults: ~3 minutes
+    .venv/bin/python bench/bench_complete.py                 # defaults: ~5 minutes
     .venv/bin/python bench/bench_complete.py --duration 4 --connections 16 --targets gateway
     .venv/bin/python bench/bench_complete.py --redis --json /tmp/bench.json
     .venv/bin/python bench/bench_complete.py --targets gateway --baseline /tmp/bench-baseline
@@ -15,7 +16,9 @@ One run measures requests/s and p50/p99 latency with wrk at each connection coun
   passthrough  bench/passthrough.py: raw ASGI, one pooled httpx.AsyncClient, forwarding the body
                to the fake provider (per transport: httpx's own pool, aiohttp's under httpx);
   gateway      the platform (`uvicorn failover_site.asgi:application`), embedded mode, DEBUG=false,
-               one Ollama provider pointing at the fake provider (per transport);
+               one Ollama provider pointing at the fake provider (per transport), on each of
+               --endpoints: `gateway[T]` POST /api/v1/complete, `gateway/chat[T]` POST
+               /v1/chat/completions (model "auto", as the openai SDK sends it);
   gateway+redis  the same with REDIS_URL (only with --redis; db 12, flushed before and after,
                of a Redis server of its own when redis-server is installed), and then the Redis
                commands and round trips one request costs;
@@ -52,13 +55,14 @@ from typing import Any
 from procs import LOAD_CPU, ROOT, SERVER_CPU, BenchError, Processes
 from redisbench import SHARED_HOST, SHARED_PORT
 from report import machine_facts, report
-from targets import Bench, pythonpath_for
+from targets import ENDPOINTS, Bench, pythonpath_for
 from wrkrun import WARMUP_S
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description="Benchmark POST /api/v1/complete against the fake provider and a bare proxy.",
+        description="Benchmark POST /api/v1/complete and POST /v1/chat/completions against the "
+        "fake provider and a bare proxy.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("--duration", type=float, default=8, help="Measured seconds per run.")
@@ -74,6 +78,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="Any of direct, floor, passthrough, gateway.",
     )
     parser.add_argument("--transports", default="httpx,aiohttp", help="Any of httpx, aiohttp.")
+    parser.add_argument(
+        "--endpoints",
+        default="complete,chat",
+        help="The gateway's endpoints: complete (POST /api/v1/complete, the target gateway[T]) "
+        "and chat (POST /v1/chat/completions, gateway/chat[T]).",
+    )
     parser.add_argument(
         "--redis",
         action="store_true",
@@ -130,6 +140,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.error(f"--targets: unknown {', '.join(sorted(bad))}")
     if bad := set(args.transports) - {"httpx", "aiohttp"}:
         parser.error(f"--transports: unknown {', '.join(sorted(bad))}")
+    args.endpoints = [e.strip() for e in args.endpoints.split(",") if e.strip()]
+    if bad := set(args.endpoints) - set(ENDPOINTS):
+        parser.error(f"--endpoints: unknown {', '.join(sorted(bad))}")
+    if not args.endpoints:
+        parser.error("--endpoints: at least one of complete, chat")
     if args.duration <= 0 or args.warmup < 0:
         parser.error("--duration must be > 0 and --warmup ≥ 0")
     if args.redis_count < 1:
@@ -248,11 +263,14 @@ def main(argv: list[str]) -> int:
     servers = ("direct" in args.targets) + ("floor" in args.targets)
     servers += len(args.transports) * ("passthrough" in args.targets)
     servers += gateways
-    estimate = servers * len(args.connections) * per_run + 8 * servers + 15
+    # Each gateway server is measured once per endpoint.
+    runs = servers + gateways * (len(args.endpoints) - 1)
+    estimate = runs * len(args.connections) * per_run + 8 * servers + 15
     if args.redis:  # the counted burst and as long with no requests, per gateway+redis
         estimate += gateways / 2 * (2 * (args.redis_count + 200) / 500 + 2)
     print(
         f"bench_complete: targets {','.join(args.targets)}; transports {','.join(args.transports)}"
+        f"; endpoints {','.join(args.endpoints)}"
         f"{'; +redis' if args.redis else ''}{'; +baseline' if args.baseline else ''}; "
         f"connections {','.join(map(str, args.connections))}; "
         f"{args.duration:g} s per run (+{args.warmup:g} s warm-up); about {estimate / 60:.1f} min",

@@ -14,7 +14,7 @@ from compare import compare, print_comparison
 from procs import LOAD_CPU, SERVER_CPU
 from profiling import print_profiles
 from rediscount import print_counts
-from targets import GATEWAY_BODY, MODEL, UPSTREAM_BODY, Bench
+from targets import CHAT_BODY, GATEWAY_BODY, MODEL, UPSTREAM_BODY, Bench
 from wrkrun import WRK_TIMEOUT
 
 # The bar: 20 × LiteLLM's 75–92 req/s on one core, and half of the bare proxy.
@@ -305,6 +305,8 @@ def report(bench: Bench, facts: dict[str, Any], elapsed: float) -> dict[str, Any
             "pin": not args.no_pin,
             "model": MODEL,
             "gateway_body": GATEWAY_BODY,
+            "chat_body": CHAT_BODY,
+            "endpoints": args.endpoints,
             "upstream_body": UPSTREAM_BODY,
             "elapsed_s": round(elapsed, 1),
         },

@@ -41,6 +41,15 @@ REFUSING_NAME = "bench-refusing"  # with --primary-refused: priority 5, a closed
 # The frontends' request, and what the gateway's Ollama adapter sends upstream for it
 # (gateway/adapters/ollama.py: json.dumps of model, messages, stream=False).
 GATEWAY_BODY = json.dumps({"prompt": PROMPT})
+# The same request on the OpenAI-compatible endpoint, as the openai SDK sends it, with the model
+# any client app may ask for ("auto": the cascade).
+CHAT_BODY = json.dumps({"model": "auto", "messages": [{"role": "user", "content": PROMPT}]})
+# The gateway's endpoints a run can measure (`--endpoints`): path, body, and the suffix of
+# the target's name (the frontends' endpoint keeps the plain name).
+ENDPOINTS = {
+    "complete": ("/api/v1/complete", GATEWAY_BODY, ""),
+    "chat": ("/v1/chat/completions", CHAT_BODY, "/chat"),
+}
 UPSTREAM_BODY = json.dumps(
     {"model": MODEL, "messages": [{"role": "user", "content": PROMPT}], "stream": False}
 )
@@ -62,8 +71,9 @@ class Variant:
     env: dict[str, str]
     ready: bool = False
 
-    def target(self, transport: str, redis: bool) -> str:
-        return f"gateway{'+redis' if redis else ''}{self.label}[{transport}]"
+    def target(self, transport: str, redis: bool, endpoint: str = "complete") -> str:
+        suffix = ENDPOINTS[endpoint][2]
+        return f"gateway{'+redis' if redis else ''}{suffix}{self.label}[{transport}]"
 
 
 @dataclass
@@ -71,8 +81,22 @@ class Served:
     target: str
     variant: Variant
     proc: Any
-    url: str
+    url: str  # the frontends' endpoint
     redis: RedisServer | None
+    base: str  # the server's address
+
+    def endpoints(self, chosen: list[str]) -> list[tuple[str, str, str]]:
+        """(target, url, body) for each endpoint `--endpoints` chose."""
+        redis = self.redis is not None
+        return [
+            (self.variant.target(self.transport, redis, name), self.base + path, body)
+            for name, (path, body, _) in ENDPOINTS.items()
+            if name in chosen
+        ]
+
+    @property
+    def transport(self) -> str:
+        return self.target[self.target.index("[") + 1 : -1]
 
 
 class Bench:
@@ -104,7 +128,11 @@ class Bench:
         self.redis_servers: dict[str, RedisServer] = {}
         # One column width for every line a sweep prints (the baseline's names are longer).
         names = [
-            v.target(t, r) for v in self.variants for t in args.transports for r in (False, True)
+            v.target(t, r, e)
+            for v in self.variants
+            for t in args.transports
+            for r in (False, True)
+            for e in args.endpoints
         ]
         self.width = max([24, *(len(n) for n in names if args.redis or "+redis" not in n)])
         if args.baseline:
@@ -294,9 +322,10 @@ class Bench:
         try:
             for variant in group:
                 served.append(self._start_gateway(variant, transport, redis))
-            self._sweep([(s.target, s.url, GATEWAY_BODY) for s in served])
+            self._sweep([each for s in served for each in s.endpoints(self.args.endpoints)])
             for s in served:
-                self._expect_primary(s.target, s.url, s.proc, "after measuring")
+                for target, url, body in s.endpoints(self.args.endpoints):
+                    self._expect_primary(target, url, body, s.proc, "after measuring")
             for s in served:
                 if s.redis is not None:
                     print(f"  {s.target}: counting Redis work per request", flush=True)
@@ -335,19 +364,22 @@ class Bench:
         try:
             base = f"http://127.0.0.1:{port}"
             wait_ready(proc, f"{base}/healthz")
-            url = f"{base}/api/v1/complete"
-            self._expect_primary(target, url, proc, "before measuring")
+            served = Served(target, variant, proc, f"{base}/api/v1/complete", server, base)
+            for each_target, url, body in served.endpoints(self.args.endpoints):
+                self._expect_primary(each_target, url, body, proc, "before measuring")
         except BaseException:
             self.procs.stop(proc)
             raise
-        return Served(target, variant, proc, url, server)
+        return served
 
-    def _expect_primary(self, target: str, url: str, proc: Any, when: str) -> None:
-        status, body = http("POST", url, GATEWAY_BODY)
+    def _expect_primary(self, target: str, url: str, sent: str, proc: Any, when: str) -> None:
+        status, body = http("POST", url, sent)
         try:
             answer = json.loads(body)
         except ValueError:
             answer = {}
+        if "/chat" in target and isinstance(answer, dict):  # OpenAI's shape: in `failover`
+            answer = answer.get("failover") or {}
         # With --primary-refused this tree's primary refuses (the baseline's doesn't).
         refused = self.args.primary_refused and "@baseline" not in target
         expected = "secondary" if refused else "primary"
