@@ -175,6 +175,21 @@ class ApiHandler(CappedASGIHandler):
                 request.close()
             body_file.close()
 
+    async def send_response(self, response: HttpResponseBase, send: Any) -> None:
+        """A whole answer as Django sends one, in two messages (the body in one piece, not
+        cut into 64 KiB chunks: the server cuts what it writes), its headers encoded once. A
+        stream, or an answer a middleware gave a cookie, goes through Django's own."""
+        if response.streaming or response.cookies:
+            await super().send_response(response, send)
+            return
+        headers = [
+            (name.encode("ascii"), value.encode("latin-1")) for name, value in response.items()
+        ]
+        await send(
+            {"type": "http.response.start", "status": response.status_code, "headers": headers}
+        )
+        await send({"type": "http.response.body", "body": response.content})
+
     async def send_streaming(self, response: HttpResponseBase, send: Any, receive: Any) -> None:
         """Send a streamed answer until it ends or the client goes away, whichever is first:
         a client that hangs up stops the stream (and its upstream call) at once."""

@@ -16,6 +16,7 @@ decoders, as on the other path.
 from __future__ import annotations
 
 import asyncio
+import functools
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -80,6 +81,12 @@ def _local_address(response: aiohttp.ClientResponse) -> Any:
     protocol = getattr(response, "_protocol", None)
     transport = getattr(protocol, "transport", None)
     return transport.get_extra_info("sockname") if transport is not None else None
+
+
+@functools.lru_cache(maxsize=64)
+def _connect_within(timeout: float) -> aiohttp.ClientTimeout:
+    """A connection within `timeout`, and no other limit (one per providers' timeout)."""
+    return aiohttp.ClientTimeout(total=None, sock_connect=timeout)
 
 
 class _SocketInfo:
@@ -200,7 +207,8 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         timeout: float,
     ) -> Fetched:
         """`handle_async_request` and the answer's read, without httpx's objects: `url` on
-        `host`, `timeout` for the connection and each read, as httpx's timeout gives them."""
+        `host`, `timeout` for a new connection. The whole call is the caller's to bound (the
+        adapter's one deadline, connect to last byte): no timer here per read."""
         self._check_host(host)
         try:
             async with self._get_session().request(
@@ -210,7 +218,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                 data=content,
                 allow_redirects=False,
                 compress=None,
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=timeout, sock_read=timeout),
+                timeout=_connect_within(timeout),
             ) as response:
                 local_address = _local_address(response)
                 body = await response.read()
