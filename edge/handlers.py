@@ -179,7 +179,7 @@ class ApiHandler(CappedASGIHandler):
         """A whole answer as Django sends one, in two messages (the body in one piece, not
         cut into 64 KiB chunks: the server cuts what it writes), its headers encoded once. A
         stream, or an answer a middleware gave a cookie, goes through Django's own."""
-        if response.streaming or response.cookies:
+        if not isinstance(response, HttpResponse) or response.cookies:
             await super().send_response(response, send)
             return
         headers = [
