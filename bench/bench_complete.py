@@ -17,7 +17,7 @@ One run measures requests/s and p50/p99 latency with wrk at each connection coun
                to the fake provider (per transport: httpx's own pool, aiohttp's under httpx);
   gateway      the platform (`uvicorn failover_site.asgi:application`), embedded mode, DEBUG=false,
                one Ollama provider pointing at the fake provider (per transport), on each of
-               --endpoints: `gateway[T]` POST /api/v1/complete, `gateway/chat[T]` POST
+               --endpoints: `gateway[T]` POST /api/v1/complete, `gateway-chat[T]` POST
                /v1/chat/completions (model "auto", as the openai SDK sends it);
   gateway+redis  the same with REDIS_URL (only with --redis; db 12, flushed before and after,
                of a Redis server of its own when redis-server is installed), and then the Redis
@@ -82,7 +82,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--endpoints",
         default="complete,chat",
         help="The gateway's endpoints: complete (POST /api/v1/complete, the target gateway[T]) "
-        "and chat (POST /v1/chat/completions, gateway/chat[T]).",
+        "and chat (POST /v1/chat/completions, gateway-chat[T]).",
     )
     parser.add_argument(
         "--redis",

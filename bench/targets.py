@@ -48,7 +48,7 @@ CHAT_BODY = json.dumps({"model": "auto", "messages": [{"role": "user", "content"
 # the target's name (the frontends' endpoint keeps the plain name).
 ENDPOINTS = {
     "complete": ("/api/v1/complete", GATEWAY_BODY, ""),
-    "chat": ("/v1/chat/completions", CHAT_BODY, "/chat"),
+    "chat": ("/v1/chat/completions", CHAT_BODY, "-chat"),
 }
 UPSTREAM_BODY = json.dumps(
     {"model": MODEL, "messages": [{"role": "user", "content": PROMPT}], "stream": False}
@@ -378,7 +378,7 @@ class Bench:
             answer = json.loads(body)
         except ValueError:
             answer = {}
-        if "/chat" in target and isinstance(answer, dict):  # OpenAI's shape: in `failover`
+        if "-chat" in target and isinstance(answer, dict):  # OpenAI's shape: in `failover`
             answer = answer.get("failover") or {}
         # With --primary-refused this tree's primary refuses (the baseline's doesn't).
         refused = self.args.primary_refused and "@baseline" not in target
