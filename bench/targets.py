@@ -78,12 +78,17 @@ class Variant:
 
 @dataclass
 class Served:
-    target: str
+    target: str  # on the frontends' endpoint
     variant: Variant
     proc: Any
-    url: str  # the frontends' endpoint
     redis: RedisServer | None
     base: str  # the server's address
+    transport: str
+
+    @property
+    def url(self) -> str:
+        """The frontends' endpoint (the Redis count and the profile load it)."""
+        return self.base + ENDPOINTS["complete"][0]
 
     def endpoints(self, chosen: list[str]) -> list[tuple[str, str, str]]:
         """(target, url, body) for each endpoint `--endpoints` chose."""
@@ -93,10 +98,6 @@ class Served:
             for name, (path, body, _) in ENDPOINTS.items()
             if name in chosen
         ]
-
-    @property
-    def transport(self) -> str:
-        return self.target[self.target.index("[") + 1 : -1]
 
 
 class Bench:
@@ -364,7 +365,7 @@ class Bench:
         try:
             base = f"http://127.0.0.1:{port}"
             wait_ready(proc, f"{base}/healthz")
-            served = Served(target, variant, proc, f"{base}/api/v1/complete", server, base)
+            served = Served(target, variant, proc, server, base, transport)
             for each_target, url, body in served.endpoints(self.args.endpoints):
                 self._expect_primary(each_target, url, body, proc, "before measuring")
         except BaseException:
@@ -378,8 +379,8 @@ class Bench:
             answer = json.loads(body)
         except ValueError:
             answer = {}
-        if "-chat" in target and isinstance(answer, dict):  # OpenAI's shape: in `failover`
-            answer = answer.get("failover") or {}
+        if isinstance(answer, dict):  # OpenAI's shape says which tier in its `failover`
+            answer = answer.get("failover") or answer
         # With --primary-refused this tree's primary refuses (the baseline's doesn't).
         refused = self.args.primary_refused and "@baseline" not in target
         expected = "secondary" if refused else "primary"
