@@ -58,12 +58,14 @@ async def test_past_the_limit_a_request_goes_to_the_next_provider_at_once(
 
     await sync_to_async(Provider.objects.filter(name="ollama-local").update)(max_in_flight=2)
     await update_policy(gateway)
-    primary.set_fault(mode="slow", delay_ms=800)
+    primary.set_fault(mode="slow", delay_ms=1300)
     answers = await asyncio.gather(*(_timed(ask(api, cache=False)) for _ in range(5)))
     local = [seconds for seconds, body in answers if body["provider"] == "ollama-local"]
     moved_on = [seconds for seconds, body in answers if body["provider"] == "openai-cloud"]
     assert len(local) == 2 and len(moved_on) == 3
-    assert max(moved_on) < 0.6 < min(local)  # the three never waited on the slow primary
+    # The three never waited on the slow primary (1.3 s, under the 1.5 s first-byte bound of a
+    # self-hosted provider): room to spare for a loaded machine.
+    assert max(moved_on) < 0.9 and min(local) >= 1.3
     records = await ledger_rows(gateway)
     skipped = [r.attempts[0] for r in records if r.final_provider == "openai-cloud"]
     assert (
