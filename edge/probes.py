@@ -18,7 +18,6 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-import redis.asyncio as aioredis
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import Error as DatabaseError
@@ -145,6 +144,8 @@ async def _check_database() -> dict[str, Any]:
 async def _check_redis() -> dict[str, Any]:
     if not settings.REDIS_URL:
         return {"ok": True, "configured": False, "state": "in-process"}
+    import redis.asyncio as aioredis  # only where Redis is configured (see runtime.gateway)
+
     started = time.perf_counter()
     client = aioredis.Redis.from_url(
         settings.REDIS_URL,

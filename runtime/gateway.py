@@ -26,8 +26,6 @@ from gateway.routing.ports import Ports
 from gateway.routing.readings import Readings
 from gateway.state.contract import StateStore
 from gateway.state.memory_store import MemoryStore
-from gateway.state.redis_store import RedisStore
-from gateway.state.resilient_store import ResilientStore
 from runtime.ledger import LedgerWriter
 from runtime.snapshots import SnapshotHolder
 
@@ -118,6 +116,9 @@ def settings_for_clients() -> ClientSettings:
 
 def make_store() -> StateStore:
     if settings.REDIS_URL:
+        # Imported here: an embedded process never loads Redis's client (about 8 MB resident).
+        from gateway.state.resilient_store import RedisStore, ResilientStore
+
         return ResilientStore(RedisStore(settings.REDIS_URL))
     return MemoryStore()
 

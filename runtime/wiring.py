@@ -18,13 +18,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import redis
 from corsheaders.signals import check_request_enabled
 from django.conf import settings
 from django.http import HttpRequest
 
 from alerts import dispatch
-from gateway.state.redis_store import RedisStore
 from providers.signals import config_committed
 from runtime import scheduler
 from runtime.gateway import Gateway, NotServing, gateway_of
@@ -39,10 +37,13 @@ def _on_config_committed_not_serving(**_: Any) -> None:
     """The shared version moved for a change made where no gateway serves."""
     if not settings.REDIS_URL:
         return  # embedded: the serving process reads the database's record of changes
+    # Imported here: an embedded process never loads Redis's client (its memory, its start-up).
+    from gateway.state.resilient_store import REDIS_ERRORS, RedisStore
+
     store = RedisStore(settings.REDIS_URL)
     try:
         store.bump_config_version()
-    except redis.RedisError as exc:
+    except REDIS_ERRORS as exc:
         logger.error(
             "Redis unreachable for the config version (%s): the serving processes see this "
             "change with the next one made while Redis is up",
