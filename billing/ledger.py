@@ -42,21 +42,16 @@ def write_records(rows: list[dict[str, Any]]) -> None:
 
 
 def _insert(rows: list[dict[str, Any]]) -> None:
-    """One multi-row INSERT: the same rows `bulk_create` would write, without a model instance
-    and an SQL compiler per row (several times the CPU, taken from the serving process). Values
-    the backend must adapt (times, UUIDs, JSON, decimals) go through the field's own
-    preparation; text, numbers and flags go as they are."""
+    """Multi-row INSERTs: the same rows `bulk_create` would write, without a model instance
+    and an SQL compiler per row (several times the CPU, taken from the serving process), as
+    many rows a statement as the backend takes (`bulk_batch_size`: about 47 on SQLite, all on
+    PostgreSQL). One statement per row would be one step of the database per row, and SQLite
+    hands the GIL back and forth around every step: a thread switch per row with the event
+    loop. Values the backend must adapt (times, UUIDs, JSON, decimals) go through the field's
+    own preparation; text, numbers and flags go as they are."""
     db = connections[router.db_for_write(CallRecord)]
     fields = [field for field in CallRecord._meta.concrete_fields if not field.primary_key]
     plain = (models.CharField, models.TextField, models.IntegerField, models.BooleanField)
-    quote = db.ops.quote_name
-    # Idempotent: a retry after a commit whose answer was lost skips what is already there.
-    sql = "INSERT INTO {} ({}) VALUES ({}) ON CONFLICT ({}) DO NOTHING".format(
-        quote(CallRecord._meta.db_table),
-        ", ".join(quote(str(field.column)) for field in fields),
-        ", ".join(["%s"] * len(fields)),
-        quote("request_id"),
-    )
     names = [field.attname for field in fields]
     # Values the backend must adapt, by their place in a row.
     adapted = [
@@ -74,8 +69,23 @@ def _insert(rows: list[dict[str, Any]]) -> None:
         for place, prepare in adapted:
             values[place] = prepare(values[place], db)
         params.append(values)
+    size = max(1, db.ops.bulk_batch_size(fields, params))
     with db.cursor() as cursor:
-        cursor.executemany(sql, params)
+        for start in range(0, len(params), size):
+            chunk = params[start : start + size]
+            cursor.execute(_insert_sql(db, fields, len(chunk)), [v for row in chunk for v in row])
+
+
+def _insert_sql(db: Any, fields: list[Any], count: int) -> str:
+    quote = db.ops.quote_name
+    placeholders = "({})".format(", ".join(["%s"] * len(fields)))
+    # Idempotent: a retry after a commit whose answer was lost skips what is already there.
+    return "INSERT INTO {} ({}) VALUES {} ON CONFLICT ({}) DO NOTHING".format(
+        quote(CallRecord._meta.db_table),
+        ", ".join(quote(str(field.column)) for field in fields),
+        ", ".join([placeholders] * count),
+        quote("request_id"),
+    )
 
 
 # PostgreSQL's integer column: a count past it would fail the whole batch, forever.
