@@ -9,6 +9,7 @@ from typing import Any
 
 from gateway.state import record_script
 from gateway.state import redis_scripts as scripts
+from gateway.state.script_pipe import ScriptPipe
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,11 +27,13 @@ class Connection:
     rate_take: Any
     reserve: Any
     holds_read: Any
+    pipe: ScriptPipe | None  # the record script's own connection, where the URL allows one
 
     @classmethod
-    def on(cls, client: Any) -> Connection:
+    def on(cls, client: Any, pipe: ScriptPipe | None = None) -> Connection:
         return cls(
             redis=client,
+            pipe=pipe,
             record=client.register_script(record_script.RECORD),
             transition=client.register_script(scripts.TRANSITION),
             acquire_probe=client.register_script(scripts.ACQUIRE_PROBE),

@@ -41,6 +41,7 @@ from gateway.state.contract import (
 )
 from gateway.state.record_script import ScriptCall
 from gateway.state.redis_connection import Connection
+from gateway.state.script_pipe import ScriptPipe
 
 logger = logging.getLogger(__name__)
 
@@ -70,13 +71,20 @@ class RedisStore(StateStore):
                 socket_connect_timeout=self.socket_timeout_s,
                 socket_timeout=self.socket_timeout_s,
             )
-            connection = self._clients[loop] = Connection.on(client)
+            pipe = (
+                ScriptPipe(self.url, timeout_s=self.socket_timeout_s)
+                if ScriptPipe.usable(self.url)
+                else None
+            )
+            connection = self._clients[loop] = Connection.on(client, pipe)
         return connection
 
     async def aclose(self) -> None:
         loop = asyncio.get_running_loop()
         connection = self._clients.pop(loop, None)
         if connection is not None:
+            if connection.pipe is not None:
+                connection.pipe.close()
             await connection.redis.aclose()
 
     async def read(
@@ -99,9 +107,7 @@ class RedisStore(StateStore):
 
     async def record(self, call: RecordCall) -> Recorded:
         script = ScriptCall.of(call)
-        raw_state, raw_stats, raw_spent, status, taken = await self._client().record(
-            keys=script.keys, args=script.args
-        )
+        raw_state, raw_stats, raw_spent, status, taken = await _recorded(self._client(), script)
         stats = WindowStats(*(int(v) for v in raw_stats)) if raw_stats else None
         state = scripts.state_from_hash(raw_state)
         if status:
@@ -309,3 +315,16 @@ class RedisStore(StateStore):
 
 def _with_version(state: BreakerState, version: int) -> BreakerState:
     return replace(state, version=version)
+
+
+async def _recorded(connection: Connection, script: ScriptCall) -> Any:
+    """The record script's reply: through the pipe where there is one; through redis-py's
+    script object where there is none, or where Redis doesn't have the script (NOSCRIPT, after a
+    restart or a SCRIPT FLUSH), which loads it for the calls after."""
+    if connection.pipe is not None:
+        try:
+            return await connection.pipe.evalsha(connection.record.sha, script.keys, script.args)
+        except redis.ResponseError as exc:
+            if not str(exc).startswith("NOSCRIPT"):
+                raise
+    return await connection.record(keys=script.keys, args=script.args)

@@ -143,30 +143,49 @@ async def ask(api: httpx.AsyncClient, prompt: str = "Say hello.", **fields) -> h
     return await api.post("/api/v1/complete", json={"prompt": prompt, **fields})
 
 
+def count_redis_writes(
+    monkeypatch: pytest.MonkeyPatch, task: asyncio.Task | None = None
+) -> list[object]:
+    """Every write of one or more commands to Redis (each a round trip), made by `task` if one
+    is named: through redis-py's connections and through the record script's pipe
+    (`gateway.state.script_pipe`)."""
+    import redis.asyncio.connection as connection
+
+    from gateway.state.script_pipe import Wire
+
+    sent: list[object] = []
+    on_redis_py = connection.AbstractConnection.send_packed_command
+    on_the_pipe = Wire.send
+
+    async def through_redis_py(self, command, *args, **kwargs):
+        if task is None or asyncio.current_task() is task:
+            sent.append(command)
+        return await on_redis_py(self, command, *args, **kwargs)
+
+    async def through_the_pipe(self, command):
+        if task is None or asyncio.current_task() is task:
+            sent.append(command)
+        return await on_the_pipe(self, command)
+
+    monkeypatch.setattr(connection.AbstractConnection, "send_packed_command", through_redis_py)
+    monkeypatch.setattr(Wire, "send", through_the_pipe)
+    return sent
+
+
 async def round_trips_of_steady_requests(
     api: httpx.AsyncClient, monkeypatch, times: int = 5, tier: str = "primary"
 ):
     """How many Redis exchanges each of `times` plain requests made itself (after the ones that
     warm the readings and the providers' latency history up: a call without a history runs in
-    a task of its own, `routing/hedge.py`), counted where redis-py sends a command; the
-    background poller and the ledger run in tasks of their own and are not counted."""
-    import redis.asyncio.connection as connection
-
+    a task of its own, `routing/hedge.py`), counted where redis-py sends a command and where
+    the record script's pipe does; the background poller and the ledger run in tasks of their
+    own and are not counted."""
     from gateway.routing.breaker_watch import MIN_SAMPLES
 
     # The first request reads the breaker; later ones ride on the replies.
     for _ in range(MIN_SAMPLES):
         assert (await ask(api)).json()["tier"] == tier
-    request_task = asyncio.current_task()
-    sent: list[object] = []
-    original = connection.AbstractConnection.send_packed_command
-
-    async def counted(self, command, check_health=True):
-        if asyncio.current_task() is request_task:
-            sent.append(command)
-        return await original(self, command, check_health)
-
-    monkeypatch.setattr(connection.AbstractConnection, "send_packed_command", counted)
+    sent = count_redis_writes(monkeypatch, task=asyncio.current_task())
     counts = []
     try:
         for _ in range(times):

@@ -11,6 +11,7 @@ import redis
 from gateway.state.contract import CacheWrite, SpendIncrement, StateStore
 from gateway.state.memory_store import MemoryStore
 from gateway.state.redis_store import RedisStore
+from tests.providers.conftest import count_redis_writes
 from tests.providers.test_state_stores import (
     NAME,
     SPEND,
@@ -228,14 +229,6 @@ async def test_an_answer_expired_in_redis_reads_none(redis_store, raw_redis):
 @pytest.mark.services
 async def test_redis_record_with_a_cache_write_takes_one_round_trip(redis_store, monkeypatch):
     await record(redis_store, sample=call())  # loads the script: later calls run it by sha
-    connection_class = redis_store._client().redis.connection_pool.connection_class
-    sent: list[object] = []
-    real_send = connection_class.send_packed_command
-
-    async def counting_send(self, command, *args, **kwargs):
-        sent.append(command)
-        return await real_send(self, command, *args, **kwargs)
-
-    monkeypatch.setattr(connection_class, "send_packed_command", counting_send)
+    sent = count_redis_writes(monkeypatch)
     await record(redis_store, sample=call(), cache=CacheWrite(KEY, ANSWER, 60))
     assert len(sent) == 1

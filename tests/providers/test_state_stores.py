@@ -40,6 +40,8 @@ def flush_redis(url: str) -> None:
 
 async def close_redis_store(store: RedisStore) -> None:
     for connection in list(store._clients.values()):
+        if connection.pipe is not None:
+            connection.pipe.close()
         await connection.redis.aclose()
     if store._sync_client is not None:
         store._sync_client.close()

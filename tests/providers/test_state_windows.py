@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator
 
 import pytest
 import redis
-from redis.asyncio.connection import AbstractConnection
 
 from gateway.engine.breaker import BreakerState, Mode, Outcome, State, WindowStats, on_outcome
 from gateway.engine.config import PolicyConfig
@@ -17,6 +16,7 @@ from gateway.state import histogram
 from gateway.state.contract import CacheWrite, RecordCall, SpendIncrement, StateStore
 from gateway.state.memory_store import MemoryStore
 from gateway.state.redis_store import RedisStore
+from tests.providers.conftest import count_redis_writes
 from tests.providers.test_state_stores import (
     NAME,
     OTHER_SPEND,
@@ -192,17 +192,9 @@ async def test_status_read_answers_every_provider_and_spend_key_asked(store):
 
 
 @pytest.fixture
-def round_trips(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Every write of one or more commands to a Redis connection: each is a round trip."""
-    sent: list[int] = []
-    original = AbstractConnection.send_packed_command
-
-    async def counting(self, command, check_health=True):
-        sent.append(1)
-        return await original(self, command, check_health)
-
-    monkeypatch.setattr(AbstractConnection, "send_packed_command", counting)
-    return sent
+def round_trips(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Every write of one or more commands to Redis: each is a round trip."""
+    return count_redis_writes(monkeypatch)
 
 
 @pytest.mark.services
@@ -231,6 +223,7 @@ async def test_a_redis_status_read_of_three_providers_is_one_round_trip(redis_st
         await redis_store.record(
             RecordCall(name, call(), now=T0, windows=WINDOWS, want_stats=False)
         )
+    await redis_store.status_read(names, windows=WINDOWS, now=T0)  # its script loaded
     round_trips.clear()
     status = await redis_store.status_read(names, windows=WINDOWS, now=T0, spend_keys=[SPEND])
     assert len(round_trips) == 1
