@@ -185,6 +185,7 @@ def main(argv: list[str]) -> int:
     options = argparse.Namespace(
         python=args.python, duration=1, warmup=0, baseline=None, redis=False,
         targets=["gateway"], transports=["aiohttp"], shared_redis=False, primary_refused=False,
+        endpoints=["complete"],
     )  # fmt: skip
     try:
         bench = Bench(options, procs, work)
