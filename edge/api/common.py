@@ -13,6 +13,7 @@ import functools
 import logging
 import os
 import random
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -181,17 +182,33 @@ async def caller_of(request: HttpRequest, gateway: Gateway) -> Caller | Refusal:
     return await identify_or_find(request, snapshot, gateway.snapshots.client_find)
 
 
-# Request ids are random version-4 UUIDs from a generator of the process's own, seeded from the
-# OS's randomness (and seeded anew in a forked child), not `uuid.uuid4()`: that reads the OS's
-# randomness on every request, a system call that hands the GIL to whichever thread wants it
-# (the ledger's writer, under load). An id names a request; it is no secret. Not the `random`
-# module's own generator: a test (or Hypothesis) may seed that one, and repeat ids.
+# Request ids are version-7 UUIDs (RFC 9562): the millisecond they were made, then 74 random
+# bits. Ordered by time, so the ledger's unique index on them grows at its end, as its index
+# on the time does, instead of at a random page of an index that outgrows the database's cache
+# (a random id's insert cost the ledger's writer a fifth more CPU on a fresh table, and more as
+# it grows). The random bits come from a generator of the process's own, seeded from the OS's
+# randomness (and seeded anew in a forked child), not the OS's on every request: a system call
+# that hands the GIL to whichever thread wants it (the ledger's writer, under load). An id
+# names a request; it is no secret. Not the `random` module's own generator: a test (or
+# Hypothesis) may seed that one, and repeat ids.
 _ids = random.Random()
 os.register_at_fork(after_in_child=_ids.seed)
+_VERSION_7 = 0x7 << 76
+_VARIANT = 0b10 << 62
+_LOW_62 = (1 << 62) - 1
 
 
 def _new_id() -> str:
-    return str(uuid.UUID(int=_ids.getrandbits(128), version=4))
+    random_bits = _ids.getrandbits(74)
+    return str(
+        uuid.UUID(
+            int=(time.time_ns() // 1_000_000) << 80
+            | _VERSION_7
+            | (random_bits >> 62) << 64
+            | _VARIANT
+            | random_bits & _LOW_62
+        )
+    )
 
 
 def _unroutable() -> RouteResult:
