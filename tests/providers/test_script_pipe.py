@@ -103,3 +103,20 @@ async def test_a_script_redis_no_longer_has_is_loaded_again(store):
     recorded = await _record(store, "ollama-local")
     assert recorded.stats.calls == 2
     assert (await _record(store, "ollama-local")).stats.calls == 3
+
+
+async def test_the_commands_of_one_turn_of_the_loop_go_out_in_one_write(store, monkeypatch):
+    from gateway.state.script_pipe import Wire
+
+    await _record(store, "warm")  # connected, the script loaded
+    writes: list[int] = []
+    write = Wire._write
+
+    def counted(self):
+        writes.append(len(self._outgoing))
+        write(self)
+
+    monkeypatch.setattr(Wire, "_write", counted)
+    replies = await asyncio.gather(*(_record(store, f"provider-{i}") for i in range(10)))
+    assert writes == [10]
+    assert [r.stats.calls for r in replies] == [1] * 10
