@@ -96,6 +96,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help=f"With --redis: use {SHARED_HOST}:{SHARED_PORT} (db 12) even if redis-server exists.",
     )
     parser.add_argument(
+        "--redis-cpu",
+        type=int,
+        default=None,
+        help="With --redis: pin the dedicated Redis server to this CPU (default: unpinned). The "
+        "load's CPU keeps it off the gateway's core, as a Redis on another machine would be.",
+    )
+    parser.add_argument(
         "--redis-count",
         type=int,
         default=2000,

@@ -130,14 +130,14 @@ class RedisServer:
         return cls(SHARED_HOST, SHARED_PORT)
 
     @classmethod
-    def start(cls, procs: Processes, name: str, work: Path) -> RedisServer:
+    def start(cls, procs: Processes, name: str, work: Path, cpu: int | None = None) -> RedisServer:
         binary = shutil.which("redis-server")
         if binary is None:
             raise BenchError("redis-server not found")
         port = free_port()
         argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                 "--appendonly", "no", "--daemonize", "no", "--dir", str(work)]  # fmt: skip
-        server = cls("127.0.0.1", port, procs.start(name, argv, {}, None))
+        server = cls("127.0.0.1", port, procs.start(name, argv, {}, cpu))
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
             if server.proc.poll() is not None:

@@ -301,6 +301,7 @@ def report(bench: Bench, facts: dict[str, Any], elapsed: float) -> dict[str, Any
             "transports": args.transports,
             "redis": args.redis,
             "redis_server": bench.redis_server_kind,
+            "redis_cpu": args.redis_cpu,
             "redis_count_requests": args.redis_count if args.redis else None,
             "pin": not args.no_pin,
             "model": MODEL,

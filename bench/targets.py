@@ -297,7 +297,9 @@ class Bench:
         key = variant.label if self.redis_server_kind == "dedicated" else "shared"
         if key not in self.redis_servers:
             if self.redis_server_kind == "dedicated":
-                server = RedisServer.start(self.procs, f"redis{variant.label}", self.work)
+                server = RedisServer.start(
+                    self.procs, f"redis{variant.label}", self.work, self.args.redis_cpu
+                )
                 if not server.one_read_per_write():
                     self.warnings.append(
                         "redis: a pipeline in one write was not one read event on the dedicated "
