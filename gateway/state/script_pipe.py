@@ -7,8 +7,8 @@ Python), more than the rest of the request's bookkeeping together. Here a comman
 by hiredis in one call and written at once on one connection per event loop, and replies
 (parsed by hiredis) complete the callers' futures in the order they were sent: Redis answers a
 connection's commands in order, so concurrent requests share it without waiting on each
-other. A caller that gives up (its timeout) leaves its place in the queue; the reply that
-comes for it is dropped, and the connection, no longer trusted, is closed.
+other. A caller that gives up (its timeout, its client gone) leaves its place in the queue; the
+reply that comes for it is dropped, and the connection serves the calls behind it.
 
 Only a plain TCP URL (`redis://`) is piped; TLS and Unix sockets keep redis-py
 (`ScriptPipe.usable`). Failures raise what `resilient_store.REDIS_ERRORS` catches: Redis's own
@@ -134,13 +134,10 @@ class Wire(asyncio.Protocol):
         if not self._outgoing:
             loop.call_soon(self._write)
         self._outgoing.append(packed)
-        try:
-            reply = await waiter
-        except asyncio.CancelledError:
-            # Its reply will still come, and be dropped; what follows it may not come in time
-            # either: the next call starts afresh.
-            self.close()
-            raise
+        # A caller cancelled here (its timeout, its client gone) leaves its place in the queue:
+        # its reply is dropped when it comes, and the calls behind it keep theirs. Closing the
+        # connection would fail them all, and their retries run their commands twice.
+        reply = await waiter
         if isinstance(reply, ResponseError):
             raise reply
         return reply

@@ -85,8 +85,8 @@ async def test_redis_gone_is_an_error_the_fallback_catches():
 
 
 async def test_a_caller_that_gives_up_leaves_the_others_their_replies(store):
-    """A call cancelled while its reply is on the way: the connection is dropped, the calls
-    after it get their own replies, never the cancelled one's."""
+    """A call cancelled while its reply is on the way: the calls after it get their own
+    replies, never the cancelled one's."""
     await _record(store, "a")
     slow = asyncio.ensure_future(_record(store, "a", failure=True))
     await asyncio.sleep(0)  # written, not yet answered
