@@ -43,7 +43,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -52,7 +51,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from procs import LOAD_CPU, ROOT, SERVER_CPU, BenchError, Processes
+from procs import (
+    LOAD_CPU,
+    ROOT,
+    SERVER_CPU,
+    BenchError,
+    Processes,
+    guarded_run,
+    stop_on_signals,
+)
 from redisbench import SHARED_HOST, SHARED_PORT
 from report import machine_facts, report
 from targets import ENDPOINTS, Bench, pythonpath_for
@@ -248,10 +255,6 @@ def check_baseline(args: argparse.Namespace) -> dict[str, Any]:
     return info
 
 
-def _raise_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     try:
@@ -259,10 +262,7 @@ def main(argv: list[str]) -> int:
     except BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    # Ctrl-C, kill and a closed terminal all end in the same cleanup (SIGINT explicitly: a shell
-    # that starts this in the background would otherwise leave it ignored).
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _raise_interrupt)
+    stop_on_signals()
 
     per_run = args.warmup + args.duration + 0.3
     variants = 1 + bool(args.baseline)
@@ -288,8 +288,8 @@ def main(argv: list[str]) -> int:
     procs = Processes(pin, work)
     bench = Bench(args, procs, work)
     started = time.monotonic()
-    status = 0
-    try:
+
+    def run() -> None:
         facts = machine_facts(args.python, pin)
         if "direct" in args.targets:
             bench.direct()
@@ -306,25 +306,15 @@ def main(argv: list[str]) -> int:
         if args.json:
             Path(args.json).write_text(json.dumps(result, indent=2, default=str) + "\n")
             print(f"JSON written to {args.json}")
-    except BenchError as exc:
-        print(f"\nABORTED: {exc}", file=sys.stderr)
-        status = 1
-    except KeyboardInterrupt:
-        print("\ninterrupted: stopping what was started", file=sys.stderr)
-        status = 130
-    finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not skip the cleanup
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+    def cleanup() -> None:
         procs.stop_all()
         try:
             bench.flush_shared_redis()
         except BenchError as exc:
             print(f"warning: {exc}", file=sys.stderr)
-        if args.keep or status not in (0, 130):
-            print(f"logs and data kept in {work}", file=sys.stderr)
-        else:
-            shutil.rmtree(work, ignore_errors=True)
-    return status
+
+    return guarded_run(work, args.keep, run, cleanup)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ import argparse
 import contextlib
 import json
 import os
-import shutil
 import signal
 import statistics
 import subprocess
@@ -35,9 +34,11 @@ from procs import (
     BenchError,
     Processes,
     free_port,
+    guarded_run,
     http,
     log_problems,
     log_tail,
+    stop_on_signals,
 )
 from report import machine_facts
 from targets import GATEWAY_BODY, PROMPT, Bench, Variant
@@ -335,10 +336,6 @@ def table(args: argparse.Namespace, results: dict[str, dict[str, Any]], pin: boo
         row("req/s during the soak", "soak_rps")
 
 
-def _raise_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     try:
@@ -346,12 +343,12 @@ def main(argv: list[str]) -> int:
     except BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _raise_interrupt)
+    stop_on_signals()
     work = Path(tempfile.mkdtemp(prefix="bench-process-"))
     procs, loose = Processes(pin, work), Processes(False, work)
-    status, started = 0, time.monotonic()
-    try:
+    started = time.monotonic()
+
+    def run() -> None:
         bench = Bench(args, loose, work)
         for variant in bench.variants:
             # Bytecode cached, as a deployment has it, but in the temp dir (not in the
@@ -376,22 +373,12 @@ def main(argv: list[str]) -> int:
                       "warnings": gateways.warnings}  # fmt: skip
             Path(args.json).write_text(json.dumps(result, indent=2, default=str) + "\n")
             print(f"JSON written to {args.json}")
-    except BenchError as exc:
-        print(f"\nABORTED: {exc}", file=sys.stderr)
-        status = 1
-    except KeyboardInterrupt:
-        print("\ninterrupted: stopping what was started", file=sys.stderr)
-        status = 130
-    finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not skip the cleanup
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+    def cleanup() -> None:
         procs.stop_all()
         loose.stop_all()
-        if args.keep or status not in (0, 130):
-            print(f"logs and data kept in {work}", file=sys.stderr)
-        else:
-            shutil.rmtree(work, ignore_errors=True)
-    return status
+
+    return guarded_run(work, args.keep, run, cleanup)
 
 
 if __name__ == "__main__":

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -191,3 +194,39 @@ def wait_ready(proc: Any, url: str, timeout: float = START_TIMEOUT_S) -> None:
             last = repr(exc)
         time.sleep(0.1)
     raise BenchError(f"{proc.bench_name} not ready at {url} after {timeout} s ({last})")
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def stop_on_signals() -> None:
+    """Ctrl-C, kill and a closed terminal all end in a run's cleanup (SIGINT explicitly: a
+    shell that starts a script in the background would otherwise leave it ignored)."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _raise_interrupt)
+
+
+def guarded_run(
+    work: Path, keep: bool, run: Callable[[], None], cleanup: Callable[[], None]
+) -> int:
+    """`run()`, then `cleanup()` whatever happened, then the work dir removed unless `keep` or
+    the run failed. The exit status: 0, 1 (a BenchError: aborted) or 130 (interrupted)."""
+    status = 0
+    try:
+        run()
+    except BenchError as exc:
+        print(f"\nABORTED: {exc}", file=sys.stderr)
+        status = 1
+    except KeyboardInterrupt:
+        print("\ninterrupted: stopping what was started", file=sys.stderr)
+        status = 130
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not skip the cleanup
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        cleanup()
+        if keep or status not in (0, 130):
+            print(f"logs and data kept in {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    return status
