@@ -62,7 +62,13 @@ from procs import (
 )
 from redisbench import SHARED_HOST, SHARED_PORT
 from report import machine_facts, report
-from targets import ENDPOINTS, Bench, pythonpath_for
+from targets import (
+    ENDPOINTS,
+    GATEWAY_TRANSPORTS,
+    PASSTHROUGH_TRANSPORTS,
+    Bench,
+    pythonpath_for,
+)
 from wrkrun import WARMUP_S
 
 
@@ -84,7 +90,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default="direct,floor,passthrough,gateway",
         help="Any of direct, floor, passthrough, gateway.",
     )
-    parser.add_argument("--transports", default="httpx,aiohttp", help="Any of httpx, aiohttp.")
+    parser.add_argument(
+        "--transports",
+        default="default,aiohttp",
+        help="Any of httpx, aiohttp, native, default (each checkout's own; passthrough: the "
+        "first two only).",
+    )
     parser.add_argument(
         "--endpoints",
         default="complete,chat",
@@ -152,7 +163,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.transports = [t.strip() for t in args.transports.split(",") if t.strip()]
     if bad := set(args.targets) - {"direct", "floor", "passthrough", "gateway"}:
         parser.error(f"--targets: unknown {', '.join(sorted(bad))}")
-    if bad := set(args.transports) - {"httpx", "aiohttp"}:
+    if bad := set(args.transports) - set(GATEWAY_TRANSPORTS):
         parser.error(f"--transports: unknown {', '.join(sorted(bad))}")
     args.endpoints = [e.strip() for e in args.endpoints.split(",") if e.strip()]
     if bad := set(args.endpoints) - set(ENDPOINTS):
@@ -268,7 +279,9 @@ def main(argv: list[str]) -> int:
     variants = 1 + bool(args.baseline)
     gateways = ("gateway" in args.targets) * len(args.transports) * (1 + args.redis) * variants
     servers = ("direct" in args.targets) + ("floor" in args.targets)
-    servers += len(args.transports) * ("passthrough" in args.targets)
+    servers += len(set(args.transports) & set(PASSTHROUGH_TRANSPORTS)) * (
+        "passthrough" in args.targets
+    )
     servers += gateways
     # Each gateway server is measured once per endpoint.
     runs = servers + gateways * (len(args.endpoints) - 1)
@@ -297,7 +310,8 @@ def main(argv: list[str]) -> int:
             bench.passthrough("bare")
         if "passthrough" in args.targets:
             for transport in args.transports:
-                bench.passthrough(transport)
+                if transport in PASSTHROUGH_TRANSPORTS:
+                    bench.passthrough(transport)
         if "gateway" in args.targets:
             for redis in (False, True) if args.redis else (False,):
                 for transport in args.transports:

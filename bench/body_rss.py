@@ -184,7 +184,7 @@ def main(argv: list[str]) -> int:
     procs = Processes(pin=False, log_dir=work)
     options = argparse.Namespace(
         python=args.python, duration=1, warmup=0, baseline=None, redis=False,
-        targets=["gateway"], transports=["aiohttp"], shared_redis=False, primary_refused=False,
+        targets=["gateway"], transports=["default"], shared_redis=False, primary_refused=False,
         endpoints=["complete"],
     )  # fmt: skip
     try:

@@ -41,7 +41,7 @@ from procs import (
     stop_on_signals,
 )
 from report import machine_facts
-from targets import GATEWAY_BODY, PROMPT, Bench, Variant
+from targets import GATEWAY_BODY, GATEWAY_TRANSPORTS, PROMPT, Bench, Variant, client_env
 from wrkrun import WRK_TIMEOUT, parse_wrk, wrk_threads
 
 COUNTED_LUA = BENCH_DIR / "counted.lua"
@@ -66,7 +66,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     add("--connections", type=int, default=64, help="wrk's, for every load.")
     add("--duration", type=float, default=8, help="Measured seconds per --workers run.")
     add("--warmup", type=float, default=2, help="Warm-up seconds before each --workers run.")
-    add("--transport", choices=("httpx", "aiohttp"), default="aiohttp")
+    add("--transport", choices=GATEWAY_TRANSPORTS, default="default")
     add("--baseline", metavar="DIR", help="Another commit's checkout, measured too.")
     add("--no-pin", action="store_true", help="Don't pin processes to CPUs.")
     add("--json", metavar="PATH", help="Write the results as JSON here.")
@@ -125,7 +125,7 @@ class Gateways:
     def start(self, variant: Variant, procs: Processes, workers: int = 1) -> tuple[Any, str]:
         """A gateway, and its address once GET /healthz answers 200 (polled every 10 ms)."""
         began, port = time.monotonic(), free_port()
-        env = {**variant.env, "PROVIDER_HTTP_CLIENT": self.args.transport}
+        env = {**variant.env, **client_env(self.args.transport)}
         argv = uvicorn(self.args.python, port, workers)
         proc = procs.start(f"gateway{variant.label}-{port}", argv, env, SERVER_CPU,
                            cwd=variant.root)  # fmt: skip

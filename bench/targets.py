@@ -61,6 +61,17 @@ def pythonpath_for(root: Path) -> str:
     return f"{root}{os.pathsep}{rest}" if rest else str(root)
 
 
+# The gateways' provider pools (`PROVIDER_HTTP_CLIENT`); "default" leaves it unset, so each
+# checkout runs its own default (the way to compare commits whose defaults differ). The
+# passthrough can put only the first two under httpx.
+GATEWAY_TRANSPORTS = ("httpx", "aiohttp", "native", "default")
+PASSTHROUGH_TRANSPORTS = ("httpx", "aiohttp")
+
+
+def client_env(transport: str) -> dict[str, str]:
+    return {} if transport == "default" else {"PROVIDER_HTTP_CLIENT": transport}
+
+
 @dataclass
 class Variant:
     """A checkout the gateway runs from: this tree, or the baseline's (`--baseline DIR`),
@@ -354,7 +365,7 @@ class Bench:
     def _start_gateway(self, variant: Variant, transport: str, redis: bool) -> Served:
         self.setup_gateway(variant)
         target = variant.target(transport, redis)
-        env = {**variant.env, "PROVIDER_HTTP_CLIENT": transport}
+        env = {**variant.env, **client_env(transport)}
         server = None
         if redis:
             server = self.redis_for(variant)

@@ -173,11 +173,11 @@ if REDIS_URL:
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
-# The connection pool under the provider adapters (which speak httpx): aiohttp's, several times
-# faster under concurrency (bench/), or httpx's own.
-PROVIDER_HTTP_CLIENT = env.str("PROVIDER_HTTP_CLIENT", default="aiohttp")
-if PROVIDER_HTTP_CLIENT not in ("httpx", "aiohttp"):
-    raise ImproperlyConfigured("PROVIDER_HTTP_CLIENT must be httpx or aiohttp.")
+# The pool under the provider adapters: "native", whole answers on the gateway's own HTTP/1.1
+# connections, streams on aiohttp's pool; "aiohttp", all on aiohttp's; "httpx", httpx's own.
+PROVIDER_HTTP_CLIENT = env.str("PROVIDER_HTTP_CLIENT", default="native")
+if PROVIDER_HTTP_CLIENT not in ("native", "aiohttp", "httpx"):
+    raise ImproperlyConfigured("PROVIDER_HTTP_CLIENT must be native, aiohttp or httpx.")
 
 # The outbound URL policy (gateway/engine/outbound.py): which internal addresses a provider's
 # base URL or an alert channel's URL may reach besides the public internet. Link-local and cloud

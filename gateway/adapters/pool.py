@@ -23,7 +23,7 @@ from gateway.adapters.outbound import (
     PolicyHTTPTransport,
     SecretBoundTransport,
 )
-from gateway.adapters.transport import AiohttpTransport, Fetch
+from gateway.adapters.transport import AiohttpTransport, Fetch, NativeTransport
 from gateway.aio import LoopLocal, spawn
 from gateway.engine.config import ProviderConfig
 from gateway.engine.outbound import OutboundPolicy, url_refusal
@@ -46,7 +46,8 @@ def pool_size(config: ProviderConfig) -> int:
 @dataclass(frozen=True)
 class ClientSettings:
     """How this deployment reaches its providers: the outbound URL policy's names
-    (`OUTBOUND_ALLOW`), the HTTP client (`PROVIDER_HTTP_CLIENT`: "httpx" or "aiohttp") and where
+    (`OUTBOUND_ALLOW`), the HTTP client (`PROVIDER_HTTP_CLIENT`: "native", "aiohttp" or
+    "httpx") and where
     each secret may be sent (`SECRET_DESTINATIONS`, `SECRET_DESTINATIONS_LOOPBACK`)."""
 
     outbound_allow: tuple[str, ...] = ()
@@ -58,7 +59,8 @@ class ClientSettings:
 def _transport(
     config: ProviderConfig, limits: httpx.Limits, settings: ClientSettings
 ) -> httpx.AsyncBaseTransport:
-    """httpx's own connection pool, or aiohttp's under httpx's API (PROVIDER_HTTP_CLIENT), held
+    """httpx's own connection pool, aiohttp's under httpx's API, or that with whole answers on
+    the gateway's own connections (PROVIDER_HTTP_CLIENT: httpx, aiohttp, native), held
     to the outbound URL policy (OUTBOUND_ALLOW); a base URL whose form the policy refuses (one
     saved around the model's checks) gets a transport that sends nothing; one with a key, a
     transport that sends it only where its variable may go (SECRET_DESTINATIONS)."""
@@ -67,7 +69,9 @@ def _transport(
         return BlockedTransport(refusal)
     policy = OutboundPolicy.allowing(settings.outbound_allow)
     transport: httpx.AsyncBaseTransport
-    if settings.http_client == "aiohttp":
+    if settings.http_client == "native":
+        transport = NativeTransport(limits=limits, policy=policy)
+    elif settings.http_client == "aiohttp":
         transport = AiohttpTransport(limits=limits, policy=policy)
     else:
         transport = PolicyHTTPTransport(limits=limits, policy=policy)

@@ -25,6 +25,7 @@ from typing import Any
 import aiohttp
 import httpx
 
+from gateway.adapters.native_http import NativePool
 from gateway.adapters.outbound import PolicyResolver, blocked
 from gateway.engine.outbound import OutboundPolicy, host_refusal
 
@@ -234,3 +235,44 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         if self._policy_resolver is not None:
             await self._policy_resolver.close()
             self._policy_resolver = None
+
+
+class NativeTransport(AiohttpTransport):
+    """`AiohttpTransport` with its whole answers on the gateway's own HTTP/1.1 connections
+    (`gateway.adapters.native_http`): a stream, and any call through httpx's API, still goes
+    through aiohttp's pool. Each pool keeps its own connections, within the same limit."""
+
+    def __init__(
+        self,
+        *,
+        limits: httpx.Limits,
+        policy: OutboundPolicy | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        super().__init__(limits=limits, policy=policy, ssl_context=ssl_context)
+        self._native = NativePool(
+            limit=limits.max_connections or 0,
+            keepalive_s=limits.keepalive_expiry or 15.0,
+            ssl_context=self._ssl,
+            policy=policy,
+        )
+
+    async def fetch(
+        self,
+        method: str,
+        url: str,
+        host: str,
+        headers: Sequence[tuple[str, str]],
+        content: bytes | None,
+        timeout: float,
+    ) -> Fetched:
+        if method == "HEAD":  # an answer whose length describes no body: aiohttp's to read
+            return await super().fetch(method, url, host, headers, content, timeout)
+        status, answered, body, local_address = await self._native.fetch(
+            method, url, headers, content, timeout
+        )
+        return Fetched(status, answered, _decoded(status, answered, body), local_address)
+
+    async def aclose(self) -> None:
+        await self._native.aclose()
+        await super().aclose()

@@ -59,7 +59,7 @@ def shop_question(**fields: Any) -> CompletionRequest:
     return CompletionRequest(prompt=PROMPT, system_prompt=SYSTEM, **fields)
 
 
-@pytest.fixture(autouse=True, params=["aiohttp", "httpx"])
+@pytest.fixture(autouse=True, params=["native", "aiohttp", "httpx"])
 def transport(request: pytest.FixtureRequest, settings: Any) -> str:
     """Every adapter test runs on both connection pools the platform can use."""
     settings.PROVIDER_HTTP_CLIENT = request.param
@@ -139,7 +139,7 @@ class TestAGoodAnswer:
         assert completion.text == DEFAULT_TEXT
 
     @kinds
-    async def test_a_whole_answer_skips_httpxs_objects_on_aiohttps_pool_only(
+    async def test_a_whole_answer_skips_httpxs_objects_except_on_httpxs_own_pool(
         self, kind, transport, fake, make_adapter
     ):
         adapter = make_adapter(kind, fake.url)
@@ -154,8 +154,8 @@ class TestAGoodAnswer:
         stream = await adapter.stream(shop_question(), timeout=5, first_token_timeout=5)
         await stream.aclose()
 
-        # The stream goes through httpx on either pool; the whole answer only on httpx's own.
-        assert len(through_httpx) == (1 if transport == "aiohttp" else 2)
+        # The stream goes through httpx on every pool; the whole answer only on httpx's own.
+        assert len(through_httpx) == (2 if transport == "httpx" else 1)
         assert fake.calls == 2
 
     @kinds

@@ -34,7 +34,7 @@ def fake(fake_server: FakeProvider) -> Iterator[FakeProvider]:
     fake_server.reset()
 
 
-@pytest.fixture(params=["aiohttp", "httpx"])
+@pytest.fixture(params=["native", "aiohttp", "httpx"])
 async def adapter(request, settings, fake) -> AsyncIterator[AnthropicAdapter]:
     settings.PROVIDER_HTTP_CLIENT = request.param
     config = ProviderConfig(

@@ -250,7 +250,7 @@ def _config(url: str) -> ProviderConfig:
     )
 
 
-@pytest.fixture(params=["aiohttp", "httpx"])
+@pytest.fixture(params=["native", "aiohttp", "httpx"])
 def transport(request: pytest.FixtureRequest, settings: Any) -> str:
     settings.PROVIDER_HTTP_CLIENT = request.param
     return request.param

@@ -1,0 +1,426 @@
+"""The gateway's own HTTP/1.1 client (`gateway.adapters.native_http`) against a server on
+loopback that answers as a test scripts it, byte for byte: the shapes of answer a provider or
+a proxy in front of one may send, and the ways a connection ends. (Answers and faults through
+the adapters, on every pool, are in test_adapters.py against the fake provider.)"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import httpx
+import pytest
+
+from gateway.adapters.errors import ProviderError
+from gateway.adapters.native_http import NativePool
+from gateway.engine.outbound import OutboundPolicy
+
+pytestmark = pytest.mark.backend_free
+
+OK = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{"ok":true}'
+HEADERS = (("Host", "provider.test"), ("Content-Type", "application/json"))
+# How long a test waits for something that happens at once: a bound, not a measurement.
+WITHIN_S = 5.0
+
+Script = Callable[["Server", asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
+
+
+async def read_request(reader: asyncio.StreamReader) -> bytes:
+    """One request, head and body (by its Content-Length); b"" when the client went away."""
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except (asyncio.IncompleteReadError, ConnectionError):
+        return b""
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":", 1)[1])
+    return head + (await reader.readexactly(length) if length else b"")
+
+
+class Server:
+    """A loopback server running `script(server, reader, writer, connection_number)` on each
+    connection; it counts connections and keeps every request it read."""
+
+    def __init__(self, script: Script) -> None:
+        self.script = script
+        self.connections = 0
+        self.open = 0
+        self.most_open = 0
+        self.requests: list[bytes] = []
+        self.closed = asyncio.Event()
+        self.url = ""
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> Server:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}/api/chat"
+        return self
+
+    async def read(self, reader: asyncio.StreamReader) -> bytes:
+        request = await read_request(reader)
+        if request:
+            self.requests.append(request)
+        return request
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        self.open += 1
+        self.most_open = max(self.most_open, self.open)
+        try:
+            await self.script(self, reader, writer, self.connections)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            self.open -= 1
+            writer.close()
+            self.closed.set()
+
+    async def stop(self) -> None:
+        assert self._server is not None
+        self._server.close()
+
+
+def answering(*answers: bytes) -> Script:
+    """Each request on a connection answered with the next of `answers` (the last repeats)."""
+
+    async def script(
+        server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: int
+    ) -> None:
+        served = 0
+        while await server.read(reader):
+            writer.write(answers[min(served, len(answers) - 1)])
+            await writer.drain()
+            served += 1
+
+    return script
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Callable[[Script], Awaitable[Server]]]:
+    started: list[Server] = []
+
+    async def start(script: Script) -> Server:
+        server = await Server(script).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        await server.stop()
+
+
+@pytest.fixture
+async def pool() -> AsyncIterator[NativePool]:
+    made = NativePool(
+        limit=8,
+        keepalive_s=30,
+        ssl_context=ssl.create_default_context(),
+        policy=OutboundPolicy.allowing(("loopback",)),
+    )
+    yield made
+    await made.aclose()
+
+
+async def post(pool: NativePool, server: Server, body: bytes = b'{"q":1}') -> tuple[int, bytes]:
+    status, _, answer, _ = await pool.fetch("POST", server.url, HEADERS, body, WITHIN_S)
+    return status, answer
+
+
+class TestKeptAlive:
+    async def test_calls_one_after_another_share_one_connection(self, serve, pool):
+        server = await serve(answering(OK))
+
+        for _ in range(3):
+            assert await post(pool, server) == (200, b'{"ok":true}')
+
+        assert server.connections == 1
+        assert len(server.requests) == 3
+
+    async def test_the_request_carries_its_headers_and_its_bodys_length_once(self, serve, pool):
+        server = await serve(answering(OK))
+
+        await post(pool, server, b'{"prompt":"hi"}')
+
+        head, _, body = server.requests[0].partition(b"\r\n\r\n")
+        lines = head.split(b"\r\n")
+        assert lines[0] == b"POST /api/chat HTTP/1.1"
+        assert b"Host: provider.test" in lines
+        assert [line for line in lines if line.lower().startswith(b"content-length")] == [
+            b"Content-Length: 15"
+        ]
+        assert body == b'{"prompt":"hi"}'
+
+    async def test_an_answer_that_says_close_is_not_reused(self, serve, pool):
+        closing = OK.replace(b"Content-Length", b"Connection: close\r\nContent-Length")
+        server = await serve(answering(closing))
+
+        assert await post(pool, server) == (200, b'{"ok":true}')
+        assert await post(pool, server) == (200, b'{"ok":true}')
+
+        assert server.connections == 2
+        assert pool.open_connections <= 1
+
+    async def test_a_connection_the_provider_closed_while_idle_is_not_reused(self, serve, pool):
+        async def once_then_close(server, reader, writer, _):
+            await server.read(reader)
+            writer.write(OK)
+            await writer.drain()
+
+        server = await serve(once_then_close)
+        await post(pool, server)
+        await asyncio.wait_for(server.closed.wait(), WITHIN_S)
+        await asyncio.sleep(0)  # the close reaches the client's protocol on the next turn
+
+        assert await post(pool, server) == (200, b'{"ok":true}')
+        assert server.connections == 2
+
+    async def test_an_idle_connection_is_closed_after_its_keepalive(self, serve):
+        server = await serve(answering(OK))
+        short = NativePool(
+            limit=8, keepalive_s=0.05, ssl_context=ssl.create_default_context(), policy=None
+        )
+        try:
+            await post(short, server)
+            await asyncio.wait_for(server.closed.wait(), WITHIN_S)
+            assert short.open_connections == 0
+        finally:
+            await short.aclose()
+
+
+class TestAnswerShapes:
+    async def test_a_chunked_answer_is_read_whole(self, serve, pool):
+        chunked = (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b'5\r\n{"ok"\r\n6\r\n:true}\r\n0\r\n\r\n'
+        )
+        server = await serve(answering(chunked))
+
+        assert await post(pool, server) == (200, b'{"ok":true}')
+        assert await post(pool, server) == (200, b'{"ok":true}')
+        assert server.connections == 1
+
+    async def test_an_answer_without_a_length_ends_with_its_connection(self, serve, pool):
+        async def until_close(server, reader, writer, _):
+            await server.read(reader)
+            writer.write(b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{"ok":')
+            await writer.drain()
+            writer.write(b"true}")
+            await writer.drain()
+            writer.close()
+
+        server = await serve(until_close)
+
+        assert await post(pool, server) == (200, b'{"ok":true}')
+        assert pool.open_connections == 0
+
+    async def test_an_early_hint_before_the_answer_is_passed_over(self, serve, pool):
+        server = await serve(answering(b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n" + OK))
+
+        status, headers, body, _ = await pool.fetch("POST", server.url, HEADERS, b"{}", WITHIN_S)
+
+        assert (status, body) == (200, b'{"ok":true}')
+        assert "link" not in headers
+
+    async def test_headers_come_with_lower_case_names_and_repeats_joined(self, serve, pool):
+        answer = (
+            b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 7\r\nX-Note: a\r\nX-Note: b\r\n"
+            b"Content-Length: 2\r\n\r\n{}"
+        )
+        server = await serve(answering(answer))
+
+        status, headers, body, local = await pool.fetch(
+            "POST", server.url, HEADERS, b"{}", WITHIN_S
+        )
+
+        assert (status, body) == (429, b"{}")
+        assert headers["retry-after"] == "7"
+        assert headers["x-note"] == "a, b"
+        assert local[0] == "127.0.0.1"
+
+    async def test_bytes_past_the_answer_keep_the_connection_from_reuse(self, serve, pool):
+        server = await serve(answering(OK + b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"))
+
+        assert await post(pool, server) == (200, b'{"ok":true}')
+        assert await post(pool, server) == (200, b'{"ok":true}')
+
+        assert server.connections == 2
+
+
+class TestFailures:
+    async def test_nothing_listening_is_a_connect_error(self, pool):
+        server = await Server(answering(OK)).start()
+        await server.stop()
+        await asyncio.sleep(0)
+
+        with pytest.raises(httpx.ConnectError):
+            await post(pool, server)
+        assert pool.open_connections == 0
+
+    async def test_a_post_whose_connection_closes_unanswered_is_not_sent_again(self, serve, pool):
+        async def answer_once_then_drop(server, reader, writer, number):
+            if number == 1:
+                await server.read(reader)
+                writer.write(OK)
+                await writer.drain()
+            await server.read(reader)  # the next request, read and never answered
+
+        server = await serve(answer_once_then_drop)
+        await post(pool, server)
+
+        with pytest.raises(httpx.RemoteProtocolError):
+            await post(pool, server)
+        assert len(server.requests) == 2  # sent once: a POST may have been acted on
+
+    async def test_a_get_on_a_connection_found_closed_is_sent_once_more(self, serve, pool):
+        async def answer_once_then_drop(server, reader, writer, number):
+            if number == 1:
+                await server.read(reader)
+                writer.write(OK)
+                await writer.drain()
+                await server.read(reader)  # the second request: dropped unanswered
+                return
+            while await server.read(reader):
+                writer.write(OK)
+                await writer.drain()
+
+        server = await serve(answer_once_then_drop)
+        await pool.fetch("GET", server.url, HEADERS, None, WITHIN_S)
+
+        status, _, body, _ = await pool.fetch("GET", server.url, HEADERS, None, WITHIN_S)
+
+        assert (status, body) == (200, b'{"ok":true}')
+        assert server.connections == 2
+
+    async def test_a_connection_that_closes_mid_answer_is_a_read_error(self, serve, pool):
+        async def half(server, reader, writer, _):
+            await server.read(reader)
+            writer.write(OK[:-4])
+            await writer.drain()
+
+        server = await serve(half)
+
+        with pytest.raises(httpx.ReadError):
+            await post(pool, server)
+        assert pool.open_connections == 0
+
+    async def test_an_answer_that_is_not_http_is_a_protocol_error(self, serve, pool):
+        server = await serve(answering(b"SSH-2.0-OpenSSH_9.2\r\n\r\n"))
+
+        with pytest.raises(httpx.RemoteProtocolError):
+            await post(pool, server)
+        assert pool.open_connections == 0
+
+    async def test_a_header_with_a_line_break_sends_nothing(self, serve, pool):
+        server = await serve(answering(OK))
+        smuggled = (("Host", "provider.test"), ("Authorization", "Bearer k\r\nX-Evil: 1"))
+
+        with pytest.raises(httpx.LocalProtocolError):
+            await pool.fetch("POST", server.url, smuggled, b"{}", WITHIN_S)
+        assert server.connections == 0
+
+    async def test_a_loopback_provider_is_refused_unless_the_policy_allows_it(self, serve):
+        server = await serve(answering(OK))
+        strict = NativePool(
+            limit=8,
+            keepalive_s=30,
+            ssl_context=ssl.create_default_context(),
+            policy=OutboundPolicy.allowing(()),
+        )
+        try:
+            with pytest.raises(ProviderError, match="blocked"):
+                await post(strict, server)
+        finally:
+            await strict.aclose()
+        assert server.connections == 0
+
+    async def test_a_cancelled_call_leaves_its_connection_to_nobody(self, serve, pool):
+        release = asyncio.Event()
+
+        async def late_then_prompt(server, reader, writer, number):
+            while await server.read(reader):
+                if number == 1:
+                    await release.wait()
+                    writer.write(OK.replace(b"true", b"late"))
+                else:
+                    writer.write(OK)
+                await writer.drain()
+
+        server = await serve(late_then_prompt)
+        call = asyncio.ensure_future(post(pool, server))
+        while not server.requests:
+            await asyncio.sleep(0.001)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        release.set()
+
+        assert await post(pool, server) == (200, b'{"ok":true}')
+        assert server.connections == 2
+        assert pool.open_connections == 1  # the cancelled call's connection no longer counts
+
+
+class TestLimit:
+    async def test_past_its_limit_a_call_waits_for_a_connection(self, serve):
+        gate = asyncio.Event()
+
+        async def held(server, reader, writer, _):
+            while await server.read(reader):
+                await gate.wait()
+                writer.write(OK)
+                await writer.drain()
+
+        server = await serve(held)
+        small = NativePool(
+            limit=2, keepalive_s=30, ssl_context=ssl.create_default_context(), policy=None
+        )
+        try:
+            calls = [asyncio.ensure_future(post(small, server)) for _ in range(5)]
+            while len(server.requests) < 2:
+                await asyncio.sleep(0.001)
+            assert small.open_connections == 2
+            gate.set()
+            answers = await asyncio.wait_for(asyncio.gather(*calls), WITHIN_S)
+        finally:
+            await small.aclose()
+
+        assert answers == [(200, b'{"ok":true}')] * 5
+        assert server.most_open == 2
+
+    async def test_a_waiting_call_cancelled_passes_its_turn_on(self, serve):
+        gate = asyncio.Event()
+
+        async def held(server, reader, writer, _):
+            while await server.read(reader):
+                await gate.wait()
+                writer.write(OK)
+                await writer.drain()
+
+        server = await serve(held)
+        small = NativePool(
+            limit=1, keepalive_s=30, ssl_context=ssl.create_default_context(), policy=None
+        )
+        try:
+            first = asyncio.ensure_future(post(small, server))
+            waiting = asyncio.ensure_future(post(small, server))
+            third = asyncio.ensure_future(post(small, server))
+            while not server.requests:
+                await asyncio.sleep(0.001)
+            # Cancelled in the very turn it is given the connection, before it runs.
+            wake = small._wake
+
+            def wake_then_cancel() -> None:
+                wake()
+                if not waiting.done():
+                    waiting.cancel()
+
+            small._wake = wake_then_cancel  # type: ignore[method-assign]
+            gate.set()
+            done = await asyncio.wait_for(asyncio.gather(first, third), WITHIN_S)
+        finally:
+            await small.aclose()
+
+        assert done == [(200, b'{"ok":true}')] * 2
+        assert waiting.cancelled()
