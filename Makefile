@@ -48,7 +48,7 @@ run: $(VENV)/.installed
 	@echo "Serving on http://$(HOST):$(PORT)/  (admin: http://$(HOST):$(PORT)/admin/)"
 # --no-proxy-headers: the gateway reads X-Forwarded-For itself, as TRUSTED_PROXY_HOPS says.
 	$(BIN)/uvicorn failover_site.asgi:application --host $(HOST) --port $(PORT) --lifespan on \
-		--no-proxy-headers
+		--no-proxy-headers --loop failover_site.event_loop:new_event_loop
 
 ## test: the whole suite, embedded (SQLite, in-process state) then on PostgreSQL + Redis
 test: test-embedded test-services

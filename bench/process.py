@@ -41,7 +41,15 @@ from procs import (
     stop_on_signals,
 )
 from report import machine_facts
-from targets import GATEWAY_BODY, GATEWAY_TRANSPORTS, PROMPT, Bench, Variant, client_env
+from targets import (
+    GATEWAY_BODY,
+    GATEWAY_TRANSPORTS,
+    PROMPT,
+    Bench,
+    Variant,
+    client_env,
+    gateway_loop,
+)
 from wrkrun import WRK_TIMEOUT, parse_wrk, wrk_threads
 
 COUNTED_LUA = BENCH_DIR / "counted.lua"
@@ -84,11 +92,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def uvicorn(python: str, port: int, workers: int) -> list[str]:
+def uvicorn(python: str, port: int, workers: int, root: Path) -> list[str]:
     """The bench's gateway argv (targets.Bench); with workers, a log that says each started."""
     level = "info" if workers > 1 else "warning"
     return [python, "-m", "uvicorn", "failover_site.asgi:application", "--host", "127.0.0.1",
-            "--port", str(port), "--workers", str(workers), "--loop", "uvloop",
+            "--port", str(port), "--workers", str(workers), "--loop", gateway_loop(root),
             "--http", "httptools", "--no-access-log", "--log-level", level,
             "--lifespan", "on"]  # fmt: skip
 
@@ -126,7 +134,7 @@ class Gateways:
         """A gateway, and its address once GET /healthz answers 200 (polled every 10 ms)."""
         began, port = time.monotonic(), free_port()
         env = {**variant.env, **client_env(self.args.transport)}
-        argv = uvicorn(self.args.python, port, workers)
+        argv = uvicorn(self.args.python, port, workers, variant.root)
         proc = procs.start(f"gateway{variant.label}-{port}", argv, env, SERVER_CPU,
                            cwd=variant.root)  # fmt: skip
         while True:

@@ -72,6 +72,14 @@ def client_env(transport: str) -> dict[str, str]:
     return {} if transport == "default" else {"PROVIDER_HTTP_CLIENT": transport}
 
 
+def gateway_loop(root: Path) -> str:
+    """The event loop a gateway is served on, as its checkout's docs say to: uvloop with every
+    waiting connection accepted at once where the checkout has it, else plain uvloop."""
+    if (root / "failover_site" / "event_loop.py").exists():
+        return "failover_site.event_loop:new_event_loop"
+    return "uvloop"
+
+
 @dataclass
 class Variant:
     """A checkout the gateway runs from: this tree, or the baseline's (`--baseline DIR`),
@@ -180,9 +188,11 @@ class Bench:
         )
         return env
 
-    def _uvicorn(self, app: str, port: int, extra: list[str] | None = None) -> list[str]:
+    def _uvicorn(
+        self, app: str, port: int, extra: list[str] | None = None, loop: str = "uvloop"
+    ) -> list[str]:
         return [self.python, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port),
-                "--workers", "1", "--loop", "uvloop", "--http", "httptools",
+                "--workers", "1", "--loop", loop, "--http", "httptools",
                 "--no-access-log", "--log-level", "warning", *(extra or [])]  # fmt: skip
 
     def _start_fake(self, name: str, cpu: int) -> tuple[Any, str]:
@@ -372,7 +382,9 @@ class Bench:
             env["REDIS_URL"] = server.url
             server.flush()
         port = free_port()
-        argv = self._uvicorn("failover_site.asgi:application", port, ["--lifespan", "on"])
+        argv = self._uvicorn(
+            "failover_site.asgi:application", port, ["--lifespan", "on"], gateway_loop(variant.root)
+        )
         name = target.replace("[", "-").rstrip("]")
         proc = self.procs.start(name, argv, env, SERVER_CPU, cwd=variant.root)
         try:

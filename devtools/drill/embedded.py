@@ -244,7 +244,8 @@ class EmbeddedSite:
             port = free_port()
             argv = [sys.executable, "-m", "uvicorn", "failover_site.asgi:application",
                     "--host", "127.0.0.1", "--port", str(port), "--lifespan", "on",
-                    "--no-access-log", "--log-level", "warning"]  # fmt: skip
+                    "--no-access-log", "--log-level", "warning",
+                    "--loop", "failover_site.event_loop:new_event_loop"]  # fmt: skip
             log: IO[bytes]
             with open(self.work / f"gateway-{index}.log", "ab") as log:
                 self.gateways.append(

@@ -43,7 +43,8 @@ def server(tmp_path_factory) -> Iterator[tuple[str, int]]:
     log = (data_dir / "uvicorn.log").open("w")
     process = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "failover_site.asgi:application",
-         "--host", "127.0.0.1", "--port", str(port), "--lifespan", "off"],
+         "--host", "127.0.0.1", "--port", str(port), "--lifespan", "off",
+         "--loop", "failover_site.event_loop:new_event_loop"],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:

@@ -133,7 +133,8 @@ def _serve(env: dict[str, str], tmp_path: Path) -> tuple[str, subprocess.Popen]:
     log = (tmp_path / f"uvicorn-{port}.log").open("w")
     process = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "failover_site.asgi:application",
-         "--host", "127.0.0.1", "--port", str(port), "--lifespan", "on"],
+         "--host", "127.0.0.1", "--port", str(port), "--lifespan", "on",
+         "--loop", "failover_site.event_loop:new_event_loop"],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"

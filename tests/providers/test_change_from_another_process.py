@@ -55,7 +55,8 @@ def _serving(env: dict[str, str], log_dir: Path) -> Iterator[str]:
     log = (log_dir / "uvicorn.log").open("w")
     process = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "failover_site.asgi:application",
-         "--host", "127.0.0.1", "--port", str(port), "--lifespan", "on"],
+         "--host", "127.0.0.1", "--port", str(port), "--lifespan", "on",
+         "--loop", "failover_site.event_loop:new_event_loop"],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:

@@ -62,7 +62,8 @@ def serving_processes(providers_configured, tmp_path):
         processes.append(
             subprocess.Popen(
                 [sys.executable, "-m", "uvicorn", "failover_site.asgi:application",
-                 "--host", "127.0.0.1", "--port", str(port), "--lifespan", "on"],
+                 "--host", "127.0.0.1", "--port", str(port), "--lifespan", "on",
+                 "--loop", "failover_site.event_loop:new_event_loop"],
                 cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
             )
         )  # fmt: skip
