@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import ipaddress
 import socket
 import ssl
 import time
@@ -230,6 +231,8 @@ class NativePool:
             refusal = host_refusal(host, self._policy)
             if refusal:
                 raise blocked(refusal)
+        if _is_address(host):
+            return [host]  # judged whole by host_refusal above; nothing to resolve
         infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
         if self._policy is None:
             return list(dict.fromkeys(str(info[4][0]) for info in infos))
@@ -278,6 +281,14 @@ class NativePool:
             self._sweep = asyncio.get_running_loop().call_later(
                 self._keepalive_s, self._close_expired
             )
+
+
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def _request_bytes(head: bytes, content: bytes | None) -> bytes:
