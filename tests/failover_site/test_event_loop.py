@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from failover_site.event_loop import GreedyServer, new_event_loop
+from failover_site.event_loop import SHARED_ACCEPT_PER_TURN, GreedyServer, new_event_loop
 
 pytestmark = pytest.mark.backend_free
 
@@ -91,6 +91,35 @@ def test_connections_waiting_while_the_loop_was_busy_are_all_let_in_at_once():
     # One turn to accept them all and one to run their connection_made (uvloop's own server
     # takes a turn per connection: QUEUED turns).
     assert max(made) - first <= 3
+
+
+def test_from_a_socket_handed_in_it_takes_a_few_connections_a_turn():
+    """A socket uvicorn hands in is shared by its workers: a worker that took all of a burst
+    in one turn would serve it alone while the others idle."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    async def scenario() -> list[int]:
+        loop = asyncio.get_running_loop()
+        made: list[int] = []
+        turns = [0]
+        server = await loop.create_server(protocol_noting(made, turns), sock=listener)
+        handles = count_turns(turns)
+        clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(QUEUED)]
+        while len(made) < QUEUED:
+            await asyncio.sleep(0)
+        handles[0].cancel()
+        for client in clients:
+            client.close()
+        server.close()
+        await server.wait_closed()
+        return made
+
+    made = run(scenario)
+
+    per_turn = max(made.count(turn) for turn in set(made))
+    assert per_turn == SHARED_ACCEPT_PER_TURN
+    assert len(set(made)) >= QUEUED // SHARED_ACCEPT_PER_TURN
 
 
 def test_a_connection_is_served_and_a_closed_server_takes_no_more():
@@ -178,7 +207,7 @@ def test_out_of_file_descriptors_pauses_accepting_instead_of_spinning():
         listener = OutOfFiles()
         listener._fd = real.fileno()
         server = GreedyServer(
-            loop, [listener], protocol_noting([], [0]), backlog=8, ssl=None,  # type: ignore[list-item]
+            loop, [listener], protocol_noting([], [0]), per_turn=8, ssl=None,  # type: ignore[list-item]
             ssl_handshake_timeout=None,
         )  # fmt: skip
         await server.start_serving()
