@@ -173,8 +173,8 @@ if REDIS_URL:
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
-# The pool under the provider adapters: "native", whole answers on the gateway's own HTTP/1.1
-# connections, streams on aiohttp's pool; "aiohttp", all on aiohttp's; "httpx", httpx's own.
+# The pool under the provider adapters: "native", whole answers and streams on the gateway's
+# own HTTP/1.1 connections; "aiohttp", all on aiohttp's; "httpx", httpx's own.
 PROVIDER_HTTP_CLIENT = env.str("PROVIDER_HTTP_CLIENT", default="native")
 if PROVIDER_HTTP_CLIENT not in ("native", "aiohttp", "httpx"):
     raise ImproperlyConfigured("PROVIDER_HTTP_CLIENT must be native, aiohttp or httpx.")

@@ -29,7 +29,7 @@ from gateway.adapters.messages import (
     prompt_needed,
 )
 from gateway.adapters.stream import CompletionStream, StreamDecoder
-from gateway.adapters.transport import Fetch
+from gateway.adapters.transport import Fetch, OpenStream
 from gateway.engine.config import ProviderConfig
 from gateway.engine.scrub import scrub_cut
 
@@ -63,8 +63,10 @@ class ProviderAdapter(ABC):
         self.failures = Failures(config.secrets)
         self._headers = self.headers()
         self._templates: dict[tuple[str, str], Template] = {}
-        # The client's way to a whole answer without httpx's objects, where it has one.
+        # The client's ways to a whole answer and to a stream without httpx's client, where
+        # it has them.
         self._fetch: Fetch | None = getattr(client, "fetch", None)
+        self._open_stream: OpenStream | None = getattr(client, "open_stream", None)
 
     @property
     def name(self) -> str:
@@ -253,10 +255,23 @@ class ProviderAdapter(ABC):
         loop = asyncio.get_running_loop()
         started = loop.time()
         first_deadline = started + min(timeout, first_token_timeout)
-        http_request = self._build("POST", path, payload, timeout)
         with self.failures.classified(f"no first token within {first_deadline - started:.2f} s"):
             async with asyncio.timeout_at(first_deadline):
-                response = await self.client.send(http_request, stream=True, follow_redirects=False)
+                if self._open_stream is not None:
+                    template = self._template("POST", path)
+                    response = await self._open_stream(
+                        "POST",
+                        template.url_text,
+                        template.host,
+                        template.pairs,
+                        json.dumps(payload).encode(),
+                        timeout,
+                    )
+                else:
+                    http_request = self._build("POST", path, payload, timeout)
+                    response = await self.client.send(
+                        http_request, stream=True, follow_redirects=False
+                    )
         stream = self.stream_over(request, response, timeout, started)
         try:
             if response.status_code >= 400:

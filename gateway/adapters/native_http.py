@@ -5,7 +5,8 @@ aiohttp's client makes a request object, a response object, a task that writes t
 a stream reader for each of them; here a call is one write (the request's head, made once per
 method, URL and headers, with the body) and the answer read by httptools (the C parser uvicorn
 itself reads requests with) straight into a list of chunks: about a fifth of aiohttp's CPU a
-call (bench/). Streams and everything else stay on aiohttp's pool (`NativeTransport`).
+call (bench/). A stream goes the same way, its body read piece by piece as it comes (`open`);
+a call through httpx's API stays on aiohttp's pool (`NativeTransport`).
 
 What it keeps of the clients before it:
 - connections kept alive per origin, at most `limit` open (past it a call waits for one),
@@ -38,7 +39,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from gateway.adapters.http_connection import Closed, Connection, Origin
+from gateway.adapters.http_connection import Closed, Connection, Head, Origin
 from gateway.adapters.outbound import blocked
 from gateway.engine.outbound import OutboundPolicy, allowed_addresses, host_refusal
 
@@ -93,6 +94,47 @@ class NativePool:
     ) -> tuple[int, dict[str, str], bytes, Any]:
         """(status, headers with lower-case names, body as sent, local address) of `method`
         `url` with `headers` and `content`; `timeout` for a new connection."""
+        connection, answer = await self._exchange(method, url, headers, content, timeout, False)
+        sockname = connection.sockname
+        if answer.keep_alive and not connection.closed:
+            self._release(connection)
+        else:
+            self._discard(connection)
+        return answer.status, answer.headers, answer.body, sockname
+
+    async def open(
+        self,
+        method: str,
+        url: str,
+        headers: Sequence[tuple[str, str]],
+        content: bytes | None,
+        timeout: float,
+    ) -> tuple[Head, Connection]:
+        """The status and headers of `method` `url`, and the connection its body is then read
+        from (`Connection.read`), to hand back with `finish` however the reading ended."""
+        connection, head = await self._exchange(method, url, headers, content, timeout, True)
+        return head, connection
+
+    def finish(self, connection: Connection) -> None:
+        """A stream's connection back: kept for the next request if its answer was read to
+        the end and may be followed by another, else closed (the provider stops writing)."""
+        if connection.ended and connection.keep_alive and not connection.closed:
+            self._release(connection)
+        else:
+            self._discard(connection)
+
+    async def _exchange(
+        self,
+        method: str,
+        url: str,
+        headers: Sequence[tuple[str, str]],
+        content: bytes | None,
+        timeout: float,
+        streaming: bool,
+    ) -> tuple[Connection, Any]:
+        """A connection, the request written on it, and its answer (whole, or a stream's
+        head); a kept-alive connection found closed is tried once more for an idempotent
+        method."""
         key = (method, url, headers if isinstance(headers, tuple) else tuple(headers))
         head = self._heads.get(key)
         if head is None:
@@ -102,7 +144,9 @@ class NativePool:
         while True:
             connection, reused = await self._connection(head.origin, timeout)
             try:
-                answer = await connection.send(data)
+                if streaming:
+                    return connection, await connection.open(data)
+                return connection, await connection.send(data)
             except Closed as exc:
                 self._discard(connection)
                 if reused and head.idempotent and not retried:
@@ -114,12 +158,6 @@ class NativePool:
                 # the next call's.
                 self._discard(connection)
                 raise
-            sockname = connection.sockname
-            if answer.keep_alive and not connection.closed:
-                self._release(connection)
-            else:
-                self._discard(connection)
-            return answer.status, answer.headers, answer.body, sockname
 
     async def aclose(self) -> None:
         self._closed = True

@@ -166,6 +166,16 @@ class SecretBoundTransport(httpx.AsyncBaseTransport):
         """Whether the inner transport can `fetch`."""
         return hasattr(self._inner, "fetch")
 
+    async def open_stream(self, method: str, url: str, host: str, *rest: typing.Any) -> typing.Any:
+        """The inner transport's `open_stream` (`NativeTransport`), after the same check."""
+        self._check(url, host)
+        return await self._inner.open_stream(method, url, host, *rest)  # type: ignore[attr-defined]
+
+    @property
+    def streams(self) -> bool:
+        """Whether the inner transport can `open_stream`."""
+        return hasattr(self._inner, "open_stream")
+
     def _check(self, url: str, host: str) -> None:
         if host not in self._allowed:
             refusal = self._destinations.refusal(self._name, url)

@@ -23,7 +23,7 @@ from gateway.adapters.outbound import (
     PolicyHTTPTransport,
     SecretBoundTransport,
 )
-from gateway.adapters.transport import AiohttpTransport, Fetch, NativeTransport
+from gateway.adapters.transport import AiohttpTransport, Fetch, NativeTransport, OpenStream
 from gateway.aio import LoopLocal, spawn
 from gateway.engine.config import ProviderConfig
 from gateway.engine.outbound import OutboundPolicy, url_refusal
@@ -96,6 +96,7 @@ class ProviderClient(httpx.AsyncClient):
 
     _no_cookies = _NoCookies()
     fetch: Fetch | None = None
+    open_stream: OpenStream | None = None
 
     @property
     def cookies(self) -> httpx.Cookies:
@@ -125,6 +126,8 @@ def make_client(config: ProviderConfig, settings: ClientSettings) -> httpx.Async
     )
     if getattr(transport, "fetches", True) and hasattr(transport, "fetch"):
         client.fetch = transport.fetch
+    if getattr(transport, "streams", True) and hasattr(transport, "open_stream"):
+        client.open_stream = transport.open_stream
     return client
 
 

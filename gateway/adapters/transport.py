@@ -25,6 +25,7 @@ from typing import Any
 import aiohttp
 import httpx
 
+from gateway.adapters.http_connection import Connection
 from gateway.adapters.native_http import NativePool
 from gateway.adapters.outbound import PolicyResolver, blocked
 from gateway.engine.outbound import OutboundPolicy, host_refusal
@@ -65,6 +66,10 @@ class Fetched:
 # `fetch(method, url, host, headers, content, timeout)`, as a client holds it.
 Fetch = Callable[
     [str, str, str, Sequence[tuple[str, str]], bytes | None, float], Awaitable[Fetched]
+]
+# `open_stream(method, url, host, headers, content, timeout)`: a streamed answer, unread.
+OpenStream = Callable[
+    [str, str, str, Sequence[tuple[str, str]], bytes | None, float], Awaitable[httpx.Response]
 ]
 
 
@@ -237,10 +242,28 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             self._policy_resolver = None
 
 
+class _NativeBody(httpx.AsyncByteStream):
+    def __init__(self, pool: NativePool, connection: Connection) -> None:
+        self._pool = pool
+        self._connection = connection
+        self._done = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        read = self._connection.read
+        while (chunk := await read()) is not None:
+            yield chunk
+
+    async def aclose(self) -> None:
+        if not self._done:
+            self._done = True
+            self._pool.finish(self._connection)
+
+
 class NativeTransport(AiohttpTransport):
-    """`AiohttpTransport` with its whole answers on the gateway's own HTTP/1.1 connections
-    (`gateway.adapters.native_http`): a stream, and any call through httpx's API, still goes
-    through aiohttp's pool. Each pool keeps its own connections, within the same limit."""
+    """`AiohttpTransport` with its whole answers (`fetch`) and its streams (`open_stream`) on
+    the gateway's own HTTP/1.1 connections (`gateway.adapters.native_http`): a call through
+    httpx's API still goes through aiohttp's pool. Each pool keeps its own connections,
+    within the same limit."""
 
     def __init__(
         self,
@@ -272,6 +295,31 @@ class NativeTransport(AiohttpTransport):
             method, url, headers, content, timeout
         )
         return Fetched(status, answered, _decoded(status, answered, body), local_address)
+
+    async def open_stream(
+        self,
+        method: str,
+        url: str,
+        host: str,
+        headers: Sequence[tuple[str, str]],
+        content: bytes | None,
+        timeout: float,
+    ) -> httpx.Response:
+        """A streamed answer on the gateway's own connections, as the httpx response the
+        adapters read (its content encoding, text and lines are httpx's), without httpx's
+        client or aiohttp's request around it: its status and headers once they came, its
+        body as it comes. Closing it hands the connection back (closed unless read to its
+        end)."""
+        head, connection = await self._native.open(method, url, headers, content, timeout)
+        return httpx.Response(
+            head.status,
+            headers=list(head.headers.items()),
+            stream=_NativeBody(self._native, connection),
+            extensions={
+                "http_version": b"HTTP/1.1",
+                "network_stream": _SocketInfo(connection.sockname),
+            },
+        )
 
     async def aclose(self) -> None:
         await self._native.aclose()

@@ -424,3 +424,117 @@ class TestLimit:
 
         assert done == [(200, b'{"ok":true}')] * 2
         assert waiting.cancelled()
+
+
+CHUNKED_HEAD = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n"
+)
+
+
+def chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+async def read_all(connection) -> list[bytes]:
+    pieces = []
+    while (piece := await connection.read()) is not None:
+        pieces.append(piece)
+    return pieces
+
+
+class TestStreams:
+    async def test_a_piece_is_read_as_soon_as_it_comes(self, serve, pool):
+        second = asyncio.Event()
+
+        async def two_pieces(server, reader, writer, _):
+            await server.read(reader)
+            writer.write(CHUNKED_HEAD + chunk(b"one\n"))
+            await writer.drain()
+            await second.wait()
+            writer.write(chunk(b"two\n") + b"0\r\n\r\n")
+            await writer.drain()
+
+        server = await serve(two_pieces)
+        head, connection = await pool.open("POST", server.url, HEADERS, b"{}", WITHIN_S)
+
+        assert head.status == 200
+        assert head.headers["content-type"] == "application/x-ndjson"
+        assert await connection.read() == b"one\n"  # before the second is even written
+        second.set()
+        assert await read_all(connection) == [b"two\n"]
+        pool.finish(connection)
+
+    async def test_a_stream_read_to_its_end_leaves_its_connection_for_the_next_call(
+        self, serve, pool
+    ):
+        server = await serve(answering(CHUNKED_HEAD + chunk(b"a") + chunk(b"b") + b"0\r\n\r\n"))
+
+        for _ in range(2):
+            _, connection = await pool.open("POST", server.url, HEADERS, b"{}", WITHIN_S)
+            assert b"".join(await read_all(connection)) == b"ab"
+            pool.finish(connection)
+
+        assert server.connections == 1
+        assert pool.open_connections == 1
+
+    async def test_a_stream_left_before_its_end_closes_its_connection(self, serve, pool):
+        async def endless(server, reader, writer, number):
+            while await server.read(reader):
+                writer.write(CHUNKED_HEAD + chunk(b"first"))
+                await writer.drain()
+                if number == 1:
+                    await reader.read(1)  # never ends: waits until the client leaves
+                    return
+                writer.write(b"0\r\n\r\n")
+                await writer.drain()
+
+        server = await serve(endless)
+        _, connection = await pool.open("POST", server.url, HEADERS, b"{}", WITHIN_S)
+        assert await connection.read() == b"first"
+        pool.finish(connection)
+        await asyncio.wait_for(server.closed.wait(), WITHIN_S)
+
+        _, again = await pool.open("POST", server.url, HEADERS, b"{}", WITHIN_S)
+        assert await read_all(again) == [b"first"]
+        pool.finish(again)
+        assert server.connections == 2
+        assert pool.open_connections == 1
+
+    async def test_a_stream_broken_off_mid_answer_is_a_read_error(self, serve, pool):
+        async def broken(server, reader, writer, _):
+            await server.read(reader)
+            writer.write(CHUNKED_HEAD + chunk(b"half"))
+            await writer.drain()
+
+        server = await serve(broken)
+        _, connection = await pool.open("POST", server.url, HEADERS, b"{}", WITHIN_S)
+
+        with pytest.raises(httpx.ReadError):
+            await read_all(connection)
+        pool.finish(connection)
+        assert pool.open_connections == 0
+
+    async def test_a_stream_unread_past_its_high_water_stops_reading_until_read(self, serve, pool):
+        piece = b"x" * 65536
+        pieces = 16  # 1 MiB, four times the high water
+
+        async def flood(server, reader, writer, _):
+            await server.read(reader)
+            writer.write(CHUNKED_HEAD)
+            for _ in range(pieces):
+                writer.write(chunk(piece))
+                await writer.drain()
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+
+        server = await serve(flood)
+        _, connection = await pool.open("POST", server.url, HEADERS, b"{}", WITHIN_S)
+        for _ in range(int(WITHIN_S * 1000)):  # the pieces pile up unread until it stops
+            if not connection.transport.is_reading():
+                break
+            await asyncio.sleep(0.001)
+        assert not connection.transport.is_reading()
+
+        assert len(b"".join(await read_all(connection))) == len(piece) * pieces
+        assert connection.transport.is_reading()
+        pool.finish(connection)

@@ -64,7 +64,7 @@ async def failure_after_the_first_token(stream: CompletionStream) -> ProviderErr
     return caught.value
 
 
-@pytest.fixture(autouse=True, params=["aiohttp", "httpx"])
+@pytest.fixture(autouse=True, params=["native", "aiohttp", "httpx"])
 def transport(request: pytest.FixtureRequest, settings: Any) -> str:
     """Every streaming test runs on both connection pools the platform can use."""
     settings.PROVIDER_HTTP_CLIENT = request.param

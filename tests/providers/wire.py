@@ -1,6 +1,7 @@
-"""What an adapter put on the wire, whichever of its two ways a call took: httpx's event hooks
-see a call through its client (a stream; every call on httpx's own pool), a spy on its `fetch`
-a whole answer through aiohttp's pool (`gateway.adapters.transport`)."""
+"""What an adapter put on the wire, whichever way a call took: httpx's event hooks see a call
+through its client (every call on httpx's own pool, a stream on aiohttp's), spies on its
+`fetch` and `open_stream` a whole answer or a stream that skips httpx's client
+(`gateway.adapters.transport`)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,24 @@ class Wire:
         self.sent: list[Any] = []
         self.local_ports: list[int] = []
         adapter.client.event_hooks = {"request": [self._request], "response": [self._response]}
+        open_stream = adapter._open_stream
+        if open_stream is not None:
+
+            async def spied_stream(
+                method: str,
+                url: str,
+                host: str,
+                headers: Any,
+                content: bytes | None,
+                timeout: float,
+            ) -> httpx.Response:
+                self.headers.append(httpx.Headers(list(headers)))
+                self.sent.append(json.loads(content) if content else None)
+                response = await open_stream(method, url, host, headers, content, timeout)
+                await self._response(response)
+                return response
+
+            adapter._open_stream = spied_stream
         fetch = adapter._fetch
         if fetch is None:
             return
