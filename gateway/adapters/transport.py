@@ -259,6 +259,45 @@ class _NativeBody(httpx.AsyncByteStream):
             self._pool.finish(self._connection)
 
 
+_UTF8 = ("utf-8", "utf8")
+
+
+class NativeResponse(httpx.Response):
+    """An httpx response over a native stream. Its lines are split here, as httpx splits them
+    (at "\n", "\r\n" or "\r", without them, the last one flushed at the end), straight from
+    the pieces that came, when they need no decoding but UTF-8's; a body with a content
+    encoding or another charset goes through httpx's own decoders."""
+
+    async def aiter_lines(self) -> AsyncIterator[str]:
+        charset = (self.charset_encoding or "utf-8").lower()
+        if "content-encoding" in self.headers or charset not in _UTF8:
+            async for line in super().aiter_lines():
+                yield line
+            return
+        if self.is_stream_consumed:
+            raise httpx.StreamConsumed()
+        if self.is_closed:
+            raise httpx.StreamClosed()
+        self.is_stream_consumed = True
+        assert isinstance(self.stream, httpx.AsyncByteStream)
+        pending = b""
+        after_cr = False
+        async for piece in self.stream:
+            if after_cr and piece.startswith(b"\n"):
+                piece = piece[1:]  # the "\n" of a "\r\n" cut between two pieces
+            data = pending + piece if pending else piece
+            if not data:
+                continue
+            lines = data.splitlines()
+            after_cr = data.endswith(b"\r")
+            pending = b"" if data.endswith((b"\n", b"\r")) else lines.pop()
+            for whole in lines:
+                yield whole.decode("utf-8", "replace")
+        if pending:
+            yield pending.decode("utf-8", "replace")
+        await self.aclose()
+
+
 class NativeTransport(AiohttpTransport):
     """`AiohttpTransport` with its whole answers (`fetch`) and its streams (`open_stream`) on
     the gateway's own HTTP/1.1 connections (`gateway.adapters.native_http`): a call through
@@ -311,7 +350,7 @@ class NativeTransport(AiohttpTransport):
         body as it comes. Closing it hands the connection back (closed unless read to its
         end)."""
         head, connection = await self._native.open(method, url, headers, content, timeout)
-        return httpx.Response(
+        return NativeResponse(
             head.status,
             headers=list(head.headers.items()),
             stream=_NativeBody(self._native, connection),

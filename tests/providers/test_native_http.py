@@ -6,6 +6,7 @@ the adapters, on every pool, are in test_adapters.py against the fake provider.)
 from __future__ import annotations
 
 import asyncio
+import gzip
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -14,6 +15,7 @@ import pytest
 
 from gateway.adapters.errors import ProviderError
 from gateway.adapters.native_http import NativePool
+from gateway.adapters.transport import NativeResponse
 from gateway.engine.outbound import OutboundPolicy
 
 pytestmark = pytest.mark.backend_free
@@ -538,3 +540,39 @@ class TestStreams:
         assert len(b"".join(await read_all(connection))) == len(piece) * pieces
         assert connection.transport.is_reading()
         pool.finish(connection)
+
+
+class Pieces(httpx.AsyncByteStream):
+    def __init__(self, pieces: list[bytes]) -> None:
+        self.pieces = pieces
+
+    async def __aiter__(self):
+        for piece in self.pieces:
+            yield piece
+
+
+async def lines_of(response_class, pieces: list[bytes], headers=()) -> list[str]:
+    response = response_class(200, headers=list(headers), stream=Pieces(pieces))
+    return [line async for line in response.aiter_lines()]
+
+
+LINE_CASES = [
+    [b'data: {"a": 1}\n\ndata: [DONE]\n\n'],
+    [b"one\r", b"\ntwo\r\n", b"three"],  # a "\r\n" cut between two pieces, an unended last line
+    [b"one\rtwo\rthree\r"],  # "\r" alone
+    [b"caf\xc3", b"\xa9 ", b"na\xc3\xafve\n"],  # a character cut between two pieces
+    [b"", b"x", b"", b"y\n", b"\n", b"\n\n"],  # empty pieces, empty lines
+    [b"bad \xff byte\n"],  # not UTF-8: replaced, as httpx does
+]
+
+
+class TestStreamLines:
+    @pytest.mark.parametrize("pieces", LINE_CASES)
+    async def test_a_native_streams_lines_are_httpxs_lines(self, pieces):
+        assert await lines_of(NativeResponse, pieces) == await lines_of(httpx.Response, pieces)
+
+    async def test_a_compressed_stream_goes_through_httpxs_decoders(self):
+        body = gzip.compress(b"one\ntwo\n")
+        headers = [("content-encoding", "gzip")]
+
+        assert await lines_of(NativeResponse, [body[:7], body[7:]], headers) == ["one", "two"]
