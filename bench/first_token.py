@@ -45,6 +45,8 @@ GATEWAY_BODY = json.dumps(
     {"model": "auto", "messages": [{"role": "user", "content": PROMPT}], "stream": True}
 )
 TIMEOUT_S = 10.0
+# Measured in this many rounds, every target in each (see `measure`).
+ROUNDS = 10
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -117,33 +119,49 @@ def first_token_s(
     return first
 
 
-def measure(
-    name: str, url: str, path: str, body: str, headers: dict[str, str], args: Any
-) -> dict[str, Any]:
-    has_text = direct_text if path == "/api/chat" else sse_text
-    host, port = url.removeprefix("http://").split(":")
-    connection = http.client.HTTPConnection(host, int(port), timeout=TIMEOUT_S)
-    try:
+class Target:
+    """One thing measured: its kept-alive connection, its request and its times."""
+
+    def __init__(self, name: str, url: str, path: str, body: str, headers: dict[str, str]):
+        self.name, self.path, self.body, self.headers = name, path, body, headers
+        self.has_text = direct_text if path == "/api/chat" else sse_text
+        host, port = url.removeprefix("http://").split(":")
+        self.connection = http.client.HTTPConnection(host, int(port), timeout=TIMEOUT_S)
+        self.times: list[float] = []
+
+    def once(self) -> float:
+        return first_token_s(self.connection, self.path, self.body, self.headers, self.has_text)
+
+    def result(self) -> dict[str, Any]:
+        times = sorted(self.times)
+        return {
+            "median_ms": round(1000 * statistics.median(times), 3),
+            "p90_ms": round(1000 * times[int(0.9 * (len(times) - 1))], 3),
+            "min_ms": round(1000 * times[0], 3),
+            "requests": len(times),
+        }
+
+
+def measure(targets: list[Target], args: Any) -> dict[str, Any]:
+    """Every target warmed up, then measured in ROUNDS rounds, each target's share of a round
+    in turn: a machine that slows down midway slows them all alike."""
+    for target in targets:
         for _ in range(args.warmup_requests):
-            first_token_s(connection, path, body, headers, has_text)
-        times = [
-            first_token_s(connection, path, body, headers, has_text) for _ in range(args.requests)
-        ]
-    finally:
-        connection.close()
-    times.sort()
-    result = {
-        "median_ms": round(1000 * statistics.median(times), 3),
-        "p90_ms": round(1000 * times[int(0.9 * (len(times) - 1))], 3),
-        "min_ms": round(1000 * times[0], 3),
-        "requests": len(times),
-    }
-    print(
-        f"  {name:<22} first token: median {result['median_ms']:7.3f} ms  "
-        f"p90 {result['p90_ms']:7.3f} ms  min {result['min_ms']:7.3f} ms",
-        flush=True,
-    )
-    return result
+            target.once()
+    share = max(1, args.requests // ROUNDS)
+    for _ in range(ROUNDS):
+        for target in targets:
+            target.times += [target.once() for _ in range(share)]
+    results = {}
+    for target in targets:
+        target.connection.close()
+        found = results[target.name] = target.result()
+        print(
+            f"  {target.name:<22} first token: median {found['median_ms']:7.3f} ms  "
+            f"p90 {found['p90_ms']:7.3f} ms  min {found['min_ms']:7.3f} ms",
+            flush=True,
+        )
+    return results
 
 
 def main(argv: list[str]) -> int:
@@ -165,20 +183,22 @@ def main(argv: list[str]) -> int:
         # This script is the client: on the load's CPU, the gateway alone on its own.
         if pin:
             os.sched_setaffinity(0, {LOAD_CPU})
-        results: dict[str, Any] = {}
         plain = {"Content-Type": "application/json"}
-        results["direct"] = measure(
-            "direct", bench.upstream_url, "/api/chat", DIRECT_BODY, plain, args
-        )
         keyed = {**plain, "Authorization": f"Bearer {BENCH_KEY}"}
-        for variant in bench.variants:
-            proc, url = start(variant, procs, args)
-            try:
-                label = f"gateway{variant.label}"
-                results[label] = measure(
-                    label, url, "/v1/chat/completions", GATEWAY_BODY, keyed, args
+        targets = [Target("direct", bench.upstream_url, "/api/chat", DIRECT_BODY, plain)]
+        served = []
+        try:
+            for variant in bench.variants:
+                proc, url = start(variant, procs, args)
+                served.append(proc)
+                targets.append(
+                    Target(
+                        f"gateway{variant.label}", url, "/v1/chat/completions", GATEWAY_BODY, keyed
+                    )  # fmt: skip
                 )
-            finally:
+            results = measure(targets, args)
+        finally:
+            for proc in served:
                 procs.stop(proc)
         direct = results["direct"]["median_ms"]
         over = ", ".join(
