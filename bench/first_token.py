@@ -22,11 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from bench_complete import preflight
-from process import uvicorn
+from process import add_gateway_options, uvicorn
 from procs import (
     BENCH_KEY,
     LOAD_CPU,
-    ROOT,
     SERVER_CPU,
     BenchError,
     Processes,
@@ -36,7 +35,7 @@ from procs import (
     wait_ready,
 )
 from report import machine_facts
-from targets import GATEWAY_TRANSPORTS, MODEL, PROMPT, Bench, Variant, client_env
+from targets import MODEL, PROMPT, Bench, Variant, client_env
 
 DIRECT_BODY = json.dumps(
     {"model": MODEL, "messages": [{"role": "user", "content": PROMPT}], "stream": True}
@@ -55,12 +54,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     add = parser.add_argument
     add("--requests", type=int, default=400, help="Measured streams per target.")
     add("--warmup-requests", type=int, default=50, help="Streams before measuring, per target.")
-    add("--transport", choices=GATEWAY_TRANSPORTS, default="default")
-    add("--baseline", metavar="DIR", help="Another commit's checkout, measured too.")
-    add("--no-pin", action="store_true", help="Don't pin processes to CPUs.")
-    add("--json", metavar="PATH", help="Write the results as JSON here.")
-    add("--python", default=str(ROOT / ".venv" / "bin" / "python"))
-    add("--keep", action="store_true", help="Keep the temp dir (logs, SQLite).")
+    add_gateway_options(add)
     args = parser.parse_args(argv)
     if args.requests < 10 or args.warmup_requests < 0:
         parser.error("--requests ≥ 10, --warmup-requests ≥ 0")

@@ -74,12 +74,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     add("--connections", type=int, default=64, help="wrk's, for every load.")
     add("--duration", type=float, default=8, help="Measured seconds per --workers run.")
     add("--warmup", type=float, default=2, help="Warm-up seconds before each --workers run.")
-    add("--transport", choices=GATEWAY_TRANSPORTS, default="default")
-    add("--baseline", metavar="DIR", help="Another commit's checkout, measured too.")
-    add("--no-pin", action="store_true", help="Don't pin processes to CPUs.")
-    add("--json", metavar="PATH", help="Write the results as JSON here.")
-    add("--python", default=str(ROOT / ".venv" / "bin" / "python"))
-    add("--keep", action="store_true", help="Keep the temp dir (logs, SQLite).")
+    add_gateway_options(add)
     args = parser.parse_args(argv)
     if args.runs < 1 or args.connections < 2 or args.duration <= 0 or args.warmup < 0:
         parser.error("--runs ≥ 1, --connections ≥ 2, --duration > 0, --warmup ≥ 0")
@@ -90,6 +85,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.transports, args.targets, args.endpoints = [args.transport], ["gateway"], ["complete"]
     args.redis = args.shared_redis = args.primary_refused = False
     return args
+
+
+def add_gateway_options(add: Any) -> None:
+    """The options of a script that starts this tree's gateway and, maybe, a baseline's."""
+    add("--transport", choices=GATEWAY_TRANSPORTS, default="default")
+    add("--baseline", metavar="DIR", help="Another commit's checkout, measured too.")
+    add("--no-pin", action="store_true", help="Don't pin processes to CPUs.")
+    add("--json", metavar="PATH", help="Write the results as JSON here.")
+    add("--python", default=str(ROOT / ".venv" / "bin" / "python"))
+    add("--keep", action="store_true", help="Keep the temp dir (logs, SQLite).")
 
 
 def uvicorn(python: str, port: int, workers: int, root: Path) -> list[str]:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import ipaddress
 import socket
 import ssl
 import time
@@ -41,7 +40,7 @@ import httpx
 
 from gateway.adapters.http_connection import Closed, Connection, Head, Origin
 from gateway.adapters.outbound import blocked
-from gateway.engine.outbound import OutboundPolicy, allowed_addresses, host_refusal
+from gateway.engine.outbound import OutboundPolicy, allowed_addresses, host_refusal, is_address
 
 # Methods a request may be sent again for, when a kept-alive connection turns out closed before
 # a byte of the answer came (RFC 9112, 9.3.1).
@@ -269,7 +268,7 @@ class NativePool:
             refusal = host_refusal(host, self._policy)
             if refusal:
                 raise blocked(refusal)
-        if _is_address(host):
+        if is_address(host):
             return [host]  # judged whole by host_refusal above; nothing to resolve
         infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
         if self._policy is None:
@@ -319,14 +318,6 @@ class NativePool:
             self._sweep = asyncio.get_running_loop().call_later(
                 self._keepalive_s, self._close_expired
             )
-
-
-def _is_address(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
 
 
 def _request_bytes(head: bytes, content: bytes | None) -> bytes:

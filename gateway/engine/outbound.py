@@ -105,7 +105,7 @@ def host_refusal(host: str, policy: OutboundPolicy) -> str:
     name = host.strip("[]").rstrip(".").lower()
     if name in METADATA_HOSTS:
         return f"{name} is a cloud metadata service (never allowed)"
-    return address_refusal(name, policy) if _is_address(name) else ""
+    return address_refusal(name, policy) if is_address(name) else ""
 
 
 def resolved_refusal(host: str, addresses: Iterable[str], policy: OutboundPolicy) -> str:
@@ -163,7 +163,8 @@ def _verdict(address: str, policy: OutboundPolicy) -> str:
     return ""
 
 
-def _is_address(name: str) -> bool:
+def is_address(name: str) -> bool:
+    """Whether `name` is an IP address as written (nothing to resolve)."""
     try:
         ipaddress.ip_address(name)
     except ValueError:

@@ -364,17 +364,22 @@ class TestFailures:
         assert pool.open_connections == 1  # the cancelled call's connection no longer counts
 
 
+def held_until(gate: asyncio.Event) -> Script:
+    """Each request answered once `gate` is set."""
+
+    async def held(server, reader, writer, _):
+        while await server.read(reader):
+            await gate.wait()
+            writer.write(OK)
+            await writer.drain()
+
+    return held
+
+
 class TestLimit:
     async def test_past_its_limit_a_call_waits_for_a_connection(self, serve):
         gate = asyncio.Event()
-
-        async def held(server, reader, writer, _):
-            while await server.read(reader):
-                await gate.wait()
-                writer.write(OK)
-                await writer.drain()
-
-        server = await serve(held)
+        server = await serve(held_until(gate))
         small = NativePool(
             limit=2, keepalive_s=30, ssl_context=ssl.create_default_context(), policy=None
         )
@@ -393,14 +398,7 @@ class TestLimit:
 
     async def test_a_waiting_call_cancelled_passes_its_turn_on(self, serve):
         gate = asyncio.Event()
-
-        async def held(server, reader, writer, _):
-            while await server.read(reader):
-                await gate.wait()
-                writer.write(OK)
-                await writer.drain()
-
-        server = await serve(held)
+        server = await serve(held_until(gate))
         small = NativePool(
             limit=1, keepalive_s=30, ssl_context=ssl.create_default_context(), policy=None
         )
