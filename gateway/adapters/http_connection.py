@@ -30,7 +30,6 @@ class Answer(NamedTuple):
     status: int
     headers: dict[str, str]
     body: bytes
-    keep_alive: bool
 
 
 class Head(NamedTuple):
@@ -182,7 +181,7 @@ class Connection(asyncio.Protocol):
 
     @property
     def ended(self) -> bool:
-        """A stream read to its end, whole: the connection may take another request."""
+        """Its answer taken to the end, whole (a stream's read to its last piece)."""
         return self._ended and self._error is None and not self._chunks
 
     def close(self) -> None:
@@ -210,17 +209,15 @@ class Connection(asyncio.Protocol):
 
     def _complete(self, *, keep_alive: bool) -> None:
         """The answer has ended: a whole one is handed over, a stream's reader told."""
-        self._busy = False
+        self._busy, self._ended, self.keep_alive = False, True, keep_alive
         if self._streaming:
-            self._ended, self.keep_alive = True, keep_alive
             self._wake_reader()
             return
         waiter = self._waiter
         if waiter is None or waiter.done():
             return
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
-        status = self._parser.get_status_code()
-        waiter.set_result(Answer(status, self._header_map(), body, keep_alive))
+        waiter.set_result(Answer(self._parser.get_status_code(), self._header_map(), body))
 
     def _stream_failed(self, exc: Exception) -> None:
         if self._streaming and not self._ended and self._error is None:

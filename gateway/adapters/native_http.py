@@ -1,4 +1,5 @@
-"""The gateway's own HTTP/1.1 client for a whole answer (`PROVIDER_HTTP_CLIENT=native`).
+"""The gateway's own HTTP/1.1 client for a provider's answer, whole or streamed
+(`PROVIDER_HTTP_CLIENT=native`).
 
 Most provider calls are one POST and one whole JSON answer over a kept-alive connection.
 aiohttp's client makes a request object, a response object, a task that writes the body and
@@ -75,7 +76,7 @@ class NativePool:
         self._idle: dict[Origin, collections.deque[Connection]] = {}
         self._open = 0
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
-        self._heads: dict[tuple[str, str, Sequence[tuple[str, str]]], _Head] = {}
+        self._heads: dict[tuple[str, str, tuple[tuple[str, str], ...]], _Head] = {}
         self._sweep: asyncio.TimerHandle | None = None
         self._closed = False
 
@@ -94,12 +95,8 @@ class NativePool:
         """(status, headers with lower-case names, body as sent, local address) of `method`
         `url` with `headers` and `content`; `timeout` for a new connection."""
         connection, answer = await self._exchange(method, url, headers, content, timeout, False)
-        sockname = connection.sockname
-        if answer.keep_alive and not connection.closed:
-            self._release(connection)
-        else:
-            self._discard(connection)
-        return answer.status, answer.headers, answer.body, sockname
+        self.finish(connection)
+        return answer.status, answer.headers, answer.body, connection.sockname
 
     async def open(
         self,
@@ -115,8 +112,9 @@ class NativePool:
         return head, connection
 
     def finish(self, connection: Connection) -> None:
-        """A stream's connection back: kept for the next request if its answer was read to
-        the end and may be followed by another, else closed (the provider stops writing)."""
+        """A connection back once its answer is taken: kept for the next request if the
+        answer was taken to its end and may be followed by another, else closed (a stream
+        left midway: the provider stops writing)."""
         if connection.ended and connection.keep_alive and not connection.closed:
             self._release(connection)
         else:
@@ -135,9 +133,7 @@ class NativePool:
         head); a kept-alive connection found closed is tried once more for an idempotent
         method."""
         key = (method, url, headers if isinstance(headers, tuple) else tuple(headers))
-        head = self._heads.get(key)
-        if head is None:
-            head = self._head(method, url, headers)
+        head = self._heads.get(key) or self._head(key)
         data = _request_bytes(head.bytes_, content)
         retried = False
         while True:
@@ -173,7 +169,9 @@ class NativePool:
 
     # heads
 
-    def _head(self, method: str, url: str, headers: Sequence[tuple[str, str]]) -> _Head:
+    def _head(self, key: tuple[str, str, tuple[tuple[str, str], ...]]) -> _Head:
+        """The head of (method, URL, headers), made and kept."""
+        method, url, headers = key
         parts = urlsplit(url)
         scheme = parts.scheme.lower()
         if scheme not in ("http", "https") or not parts.hostname:
@@ -199,7 +197,7 @@ class NativePool:
         )
         if len(self._heads) >= MAX_HEADS:
             self._heads.clear()
-        self._heads[(method, url, tuple(headers))] = head
+        self._heads[key] = head
         return head
 
     # connections

@@ -47,8 +47,8 @@ def pool_size(config: ProviderConfig) -> int:
 class ClientSettings:
     """How this deployment reaches its providers: the outbound URL policy's names
     (`OUTBOUND_ALLOW`), the HTTP client (`PROVIDER_HTTP_CLIENT`: "native", "aiohttp" or
-    "httpx") and where
-    each secret may be sent (`SECRET_DESTINATIONS`, `SECRET_DESTINATIONS_LOOPBACK`)."""
+    "httpx") and where each secret may be sent (`SECRET_DESTINATIONS`,
+    `SECRET_DESTINATIONS_LOOPBACK`)."""
 
     outbound_allow: tuple[str, ...] = ()
     http_client: str = "httpx"
@@ -59,8 +59,8 @@ class ClientSettings:
 def _transport(
     config: ProviderConfig, limits: httpx.Limits, settings: ClientSettings
 ) -> httpx.AsyncBaseTransport:
-    """httpx's own connection pool, aiohttp's under httpx's API, or that with whole answers on
-    the gateway's own connections (PROVIDER_HTTP_CLIENT: httpx, aiohttp, native), held
+    """httpx's own connection pool, aiohttp's under httpx's API, or that with whole answers and
+    streams on the gateway's own connections (PROVIDER_HTTP_CLIENT: httpx, aiohttp, native), held
     to the outbound URL policy (OUTBOUND_ALLOW); a base URL whose form the policy refuses (one
     saved around the model's checks) gets a transport that sends nothing; one with a key, a
     transport that sends it only where its variable may go (SECRET_DESTINATIONS)."""

@@ -345,10 +345,9 @@ class NativeTransport(AiohttpTransport):
         timeout: float,
     ) -> httpx.Response:
         """A streamed answer on the gateway's own connections, as the httpx response the
-        adapters read (its content encoding, text and lines are httpx's), without httpx's
-        client or aiohttp's request around it: its status and headers once they came, its
-        body as it comes. Closing it hands the connection back (closed unless read to its
-        end)."""
+        adapters read (`NativeResponse`), without httpx's client or aiohttp's request around
+        it: its status and headers once they came, its body as it comes. Closing it hands the
+        connection back (closed unless read to its end)."""
         head, connection = await self._native.open(method, url, headers, content, timeout)
         return NativeResponse(
             head.status,
