@@ -4,10 +4,11 @@ upstream's `/api/chat` through one pooled `httpx.AsyncClient` and answers with t
     BENCH_UPSTREAM=http://127.0.0.1:11434 PROVIDER_HTTP_CLIENT=httpx \
         uvicorn passthrough:app --app-dir bench --loop uvloop --http httptools --lifespan on
 
-PROVIDER_HTTP_CLIENT=aiohttp puts the platform's `gateway.adapters.transport.AiohttpTransport`
-under the same client, as the gateway's `gateway.adapters.pool` does (run from the project's
-root, so `gateway` imports). The client is set up like the gateway's (same limits, no proxies
-from the environment, no redirects). A GET answers 200 "ok" (readiness).
+PROVIDER_HTTP_CLIENT=aiohttp puts the platform's
+`gateway.adapters.aiohttp_transport.AiohttpTransport` under the same client, as the gateway's
+`gateway.adapters.pool` does (run from the project's root, so `gateway` imports). The client
+is set up like the gateway's (same limits, no proxies from the environment, no redirects). A
+GET answers 200 "ok" (readiness).
 
 PROVIDER_HTTP_CLIENT=bare is the Python floor: no httpx at all, one pooled
 `aiohttp.ClientSession` (same connection limit), the body forwarded and the answer read whole.
@@ -62,7 +63,7 @@ def _make_client() -> httpx.AsyncClient:
     if TRANSPORT == "bare":
         raise RuntimeError("the bare floor uses no httpx client")
     if TRANSPORT == "aiohttp":
-        from gateway.adapters.transport import AiohttpTransport
+        from gateway.adapters.aiohttp_transport import AiohttpTransport
 
         transport = AiohttpTransport(limits=limits)
     elif TRANSPORT != "httpx":

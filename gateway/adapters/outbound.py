@@ -1,10 +1,10 @@
 """The outbound URL policy where a provider call connects (the rules: gateway/engine/outbound.py).
 
 A URL is checked when it is saved, but the name in it may resolve elsewhere by the time it is
-called. So both connection pools resolve through the policy and connect only to the addresses
-it allowed: aiohttp through `PolicyResolver` (its connector connects to what the resolver
-returned), httpx through `PolicyNetworkBackend` under its own pool. A new connection costs
-the check; a kept-alive one costs nothing.
+called. So every connection pool resolves through the policy and connects only to the addresses
+it allowed: the gateway's own (`native_http.NativePool`), httpx's through `PolicyNetworkBackend`
+under its own pool, aiohttp's through `aiohttp_transport.PolicyResolver`. A new connection
+costs the check; a kept-alive one costs nothing.
 
 A refusal is a `ProviderError` of class `upstream_rejected` ("blocked by the URL policy: …"):
 the gateway's configuration, not the client's request, and nothing was sent.
@@ -18,8 +18,6 @@ import typing
 
 import httpcore
 import httpx
-from aiohttp.abc import AbstractResolver, ResolveResult
-from aiohttp.resolver import DefaultResolver
 
 from gateway.adapters.errors import ErrorClass, ProviderError
 from gateway.engine.outbound import (
@@ -27,37 +25,12 @@ from gateway.engine.outbound import (
     OutboundPolicy,
     allowed_addresses,
     host_refusal,
-    resolved_refusal,
 )
 from gateway.engine.secret_destinations import SecretDestinations
 
 
 def blocked(refusal: str) -> ProviderError:
     return ProviderError(ErrorClass.UPSTREAM_REJECTED, f"{BLOCKED}: {refusal}")
-
-
-class PolicyResolver(AbstractResolver):
-    """aiohttp's resolver, refusing a name any of whose addresses the policy refuses. (aiohttp
-    doesn't resolve an IP address written in the URL: `AiohttpTransport` checks those.)"""
-
-    def __init__(self, policy: OutboundPolicy, resolver: AbstractResolver | None = None) -> None:
-        self._policy = policy
-        self._resolver = resolver or DefaultResolver()
-
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-    ) -> list[ResolveResult]:
-        refusal = host_refusal(host, self._policy)
-        if refusal:
-            raise blocked(refusal)
-        results = await self._resolver.resolve(host, port, family)
-        refusal = resolved_refusal(host, [result["host"] for result in results], self._policy)
-        if refusal:
-            raise blocked(refusal)
-        return results
-
-    async def close(self) -> None:
-        await self._resolver.close()
 
 
 class PolicyNetworkBackend(httpcore.AsyncNetworkBackend):

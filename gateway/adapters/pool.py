@@ -23,7 +23,7 @@ from gateway.adapters.outbound import (
     PolicyHTTPTransport,
     SecretBoundTransport,
 )
-from gateway.adapters.transport import AiohttpTransport, Fetch, NativeTransport, OpenStream
+from gateway.adapters.transport import Fetch, NativeTransport, OpenStream
 from gateway.aio import LoopLocal, spawn
 from gateway.engine.config import ProviderConfig
 from gateway.engine.outbound import OutboundPolicy, url_refusal
@@ -72,6 +72,9 @@ def _transport(
     if settings.http_client == "native":
         transport = NativeTransport(limits=limits, policy=policy)
     elif settings.http_client == "aiohttp":
+        # Only a process that chose aiohttp loads it (a tenth of a second, several MiB).
+        from gateway.adapters.aiohttp_transport import AiohttpTransport
+
         transport = AiohttpTransport(limits=limits, policy=policy)
     else:
         transport = PolicyHTTPTransport(limits=limits, policy=policy)

@@ -1,55 +1,29 @@
-"""aiohttp's connection pool under httpx's API: the adapters speak httpx, the bytes go through
-aiohttp, whose pool measured several times faster than httpx's own under concurrency (bench/).
+"""The gateway's provider calls on its own HTTP/1.1 connections (`PROVIDER_HTTP_CLIENT=native`,
+the default), under httpx's API: the adapters speak httpx, the bytes go through
+`native_http.NativePool`.
 
-Failures are raised as the httpx exceptions they are, so the error table sees the same classes
-on either transport: a refused connection is `httpx.ConnectError`, a stalled one a timeout, a
-connection dropped mid-answer `httpx.ReadError` (or `RemoteProtocolError`). With a policy, it
-connects only where the outbound URL policy allows (gateway/adapters/outbound.py).
-
-A whole (not streamed) answer can skip httpx's API altogether: `fetch` sends the request and
-reads the answer through the same session, policy and error classes, without the httpx request
-and response objects around them (their building and reading measured about a tenth of a
-proxied request's time, bench/). A body sent with a content encoding is decoded by httpx's own
-decoders, as on the other path.
+A whole answer (`fetch`) and a streamed one (`open_stream`) skip httpx's request and response
+objects around the call (their building and reading measured about a tenth of a proxied
+request's time, bench/); a call through httpx's API itself (none of the adapters' own) goes
+through httpx's pool, made on first use. Failures are raised as the httpx exceptions they are,
+so the error table sees the same classes on every pool, and a body sent with a content encoding
+is decoded by httpx's own decoders. Connections go only where the outbound URL policy allows
+(gateway/adapters/outbound.py).
 """
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
 import httpx
 
 from gateway.adapters.http_connection import Connection
 from gateway.adapters.native_http import NativePool
-from gateway.adapters.outbound import PolicyResolver, blocked
-from gateway.engine.outbound import OutboundPolicy, host_refusal
-
-# aiohttp's own classes, most specific first: the first that matches decides.
-_ERRORS: tuple[tuple[type[BaseException], type[httpx.TransportError]], ...] = (
-    (aiohttp.ServerTimeoutError, httpx.ReadTimeout),
-    (aiohttp.ClientConnectorError, httpx.ConnectError),  # refused, DNS, TLS handshake
-    (aiohttp.ServerDisconnectedError, httpx.RemoteProtocolError),
-    (aiohttp.ClientPayloadError, httpx.ReadError),
-    (aiohttp.ClientResponseError, httpx.RemoteProtocolError),
-    (aiohttp.ClientOSError, httpx.ReadError),
-    (aiohttp.ClientConnectionError, httpx.ReadError),
-    (aiohttp.ClientError, httpx.TransportError),
-)
-
-
-def _as_httpx(exc: BaseException, request: httpx.Request | None) -> httpx.TransportError:
-    if isinstance(exc, asyncio.TimeoutError):
-        return httpx.ReadTimeout(f"timed out: {exc}", request=request)
-    for aiohttp_class, httpx_class in _ERRORS:
-        if isinstance(exc, aiohttp_class):
-            return httpx_class(f"{type(exc).__name__}: {exc}", request=request)
-    return httpx.TransportError(f"{type(exc).__name__}: {exc}", request=request)
+from gateway.adapters.outbound import PolicyHTTPTransport
+from gateway.engine.outbound import OutboundPolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +47,7 @@ OpenStream = Callable[
 ]
 
 
-def _decoded(status: int, headers: Mapping[str, str], body: bytes) -> bytes:
+def decoded(status: int, headers: Mapping[str, str], body: bytes) -> bytes:
     """The body as httpx would read it: a content encoding decoded by its decoders (whose
     failure is httpx's `DecodingError`)."""
     if "content-encoding" not in headers:
@@ -81,21 +55,7 @@ def _decoded(status: int, headers: Mapping[str, str], body: bytes) -> bytes:
     return httpx.Response(status, headers=list(headers.items()), content=body).read()
 
 
-def _local_address(response: aiohttp.ClientResponse) -> Any:
-    """The local address of the connection that carried `response`. A small answer may already
-    be read and its connection back in the pool: the protocol still knows which socket it was."""
-    protocol = getattr(response, "_protocol", None)
-    transport = getattr(protocol, "transport", None)
-    return transport.get_extra_info("sockname") if transport is not None else None
-
-
-@functools.lru_cache(maxsize=64)
-def _connect_within(timeout: float) -> aiohttp.ClientTimeout:
-    """A connection within `timeout`, and no other limit (one per providers' timeout)."""
-    return aiohttp.ClientTimeout(total=None, sock_connect=timeout)
-
-
-class _SocketInfo:
+class SocketInfo:
     """httpx's `network_stream` response extension, for the one fact callers read from it."""
 
     def __init__(self, sockname: Any) -> None:
@@ -103,143 +63,6 @@ class _SocketInfo:
 
     def get_extra_info(self, name: str) -> Any:
         return self._sockname if name == "client_addr" else None
-
-
-class _ResponseStream(httpx.AsyncByteStream):
-    def __init__(self, response: aiohttp.ClientResponse, request: httpx.Request) -> None:
-        self._response = response
-        self._request = request
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        try:
-            async for chunk in self._response.content.iter_any():
-                yield chunk
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            raise _as_httpx(exc, self._request) from exc
-
-    async def aclose(self) -> None:
-        self._response.release()
-
-
-class AiohttpTransport(httpx.AsyncBaseTransport):
-    """`policy`: where it may connect (the pool always gives one; None connects anywhere, as
-    the benchmark's bare passthrough does)."""
-
-    def __init__(
-        self,
-        *,
-        limits: httpx.Limits,
-        policy: OutboundPolicy | None = None,
-        ssl_context: ssl.SSLContext | None = None,
-    ) -> None:
-        self._limits = limits
-        self._policy = policy
-        self._ssl = ssl_context or ssl.create_default_context()
-        self._session: aiohttp.ClientSession | None = None
-        self._hosts_allowed: set[str] = set()
-        self._policy_resolver: PolicyResolver | None = None
-
-    def _get_session(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            connector = aiohttp.TCPConnector(
-                limit=self._limits.max_connections or 0,
-                keepalive_timeout=self._limits.keepalive_expiry or 15.0,
-                ssl=self._ssl,
-                resolver=self._resolver(),
-            )
-            # httpx decodes content-encoding itself and sets its own headers.
-            self._session = aiohttp.ClientSession(
-                connector=connector,
-                auto_decompress=False,
-                skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept"),
-                trust_env=False,
-            )
-        return self._session
-
-    def _resolver(self) -> PolicyResolver | None:
-        # Made on the loop that uses it (aiohttp's resolver binds to the running loop); the
-        # connector doesn't close a resolver it was given, so `aclose` does.
-        if self._policy is not None and self._policy_resolver is None:
-            self._policy_resolver = PolicyResolver(self._policy)
-        return self._policy_resolver
-
-    def _check_host(self, host: str) -> None:
-        """aiohttp connects to an IP address in the URL without asking the resolver: the
-        policy judges it here, once per host (a name is judged by `PolicyResolver`)."""
-        if self._policy is None or host in self._hosts_allowed:
-            return
-        refusal = host_refusal(host, self._policy)
-        if refusal:
-            raise blocked(refusal)
-        self._hosts_allowed.add(host)
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        self._check_host(request.url.host)
-        timeouts = request.extensions.get("timeout", {})
-        timeout = aiohttp.ClientTimeout(
-            total=None,
-            sock_connect=timeouts.get("connect"),
-            sock_read=timeouts.get("read"),
-        )
-        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw]
-        try:
-            response = await self._get_session().request(
-                request.method,
-                str(request.url),
-                headers=headers,
-                data=request.content or None,
-                allow_redirects=False,
-                compress=None,
-                timeout=timeout,
-            )
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            raise _as_httpx(exc, request) from exc
-        sockname = _local_address(response)
-        return httpx.Response(
-            status_code=response.status,
-            headers=[(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.raw_headers],
-            stream=_ResponseStream(response, request),
-            extensions={"http_version": b"HTTP/1.1", "network_stream": _SocketInfo(sockname)},
-            request=request,
-        )
-
-    async def fetch(
-        self,
-        method: str,
-        url: str,
-        host: str,
-        headers: Sequence[tuple[str, str]],
-        content: bytes | None,
-        timeout: float,
-    ) -> Fetched:
-        """`handle_async_request` and the answer's read, without httpx's objects: `url` on
-        `host`, `timeout` for a new connection. The whole call is the caller's to bound (the
-        adapter's one deadline, connect to last byte): no timer here per read."""
-        self._check_host(host)
-        try:
-            async with self._get_session().request(
-                method,
-                url,
-                headers=headers,
-                data=content,
-                allow_redirects=False,
-                compress=None,
-                timeout=_connect_within(timeout),
-            ) as response:
-                local_address = _local_address(response)
-                body = await response.read()
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            raise _as_httpx(exc, None) from exc
-        status, answered = response.status, response.headers
-        return Fetched(status, answered, _decoded(status, answered, body), local_address)
-
-    async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
-        if self._policy_resolver is not None:
-            await self._policy_resolver.close()
-            self._policy_resolver = None
 
 
 class _NativeBody(httpx.AsyncByteStream):
@@ -298,11 +121,12 @@ class NativeResponse(httpx.Response):
         await self.aclose()
 
 
-class NativeTransport(AiohttpTransport):
-    """`AiohttpTransport` with its whole answers (`fetch`) and its streams (`open_stream`) on
-    the gateway's own HTTP/1.1 connections (`gateway.adapters.native_http`): a call through
-    httpx's API still goes through aiohttp's pool. Each pool keeps its own connections,
-    within the same limit."""
+class NativeTransport(httpx.AsyncBaseTransport):
+    """Whole answers (`fetch`) and streams (`open_stream`) on the gateway's own HTTP/1.1
+    connections (`gateway.adapters.native_http`). A call through httpx's API, or a HEAD (an
+    answer whose length describes no body), goes through httpx's own pool, held to the same
+    policy and made on first use; each pool keeps its own connections, within the same limit.
+    `policy` None connects anywhere (the benchmark's bare passthrough)."""
 
     def __init__(
         self,
@@ -311,13 +135,26 @@ class NativeTransport(AiohttpTransport):
         policy: OutboundPolicy | None = None,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
-        super().__init__(limits=limits, policy=policy, ssl_context=ssl_context)
+        self._limits = limits
+        self._policy = policy
         self._native = NativePool(
             limit=limits.max_connections or 0,
             keepalive_s=limits.keepalive_expiry or 15.0,
-            ssl_context=self._ssl,
+            ssl_context=ssl_context or ssl.create_default_context(),
             policy=policy,
         )
+        self._httpx: httpx.AsyncBaseTransport | None = None
+
+    def _httpx_pool(self) -> httpx.AsyncBaseTransport:
+        if self._httpx is None:
+            if self._policy is None:
+                self._httpx = httpx.AsyncHTTPTransport(limits=self._limits, trust_env=False)
+            else:
+                self._httpx = PolicyHTTPTransport(limits=self._limits, policy=self._policy)
+        return self._httpx
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        return await self._httpx_pool().handle_async_request(request)
 
     async def fetch(
         self,
@@ -328,12 +165,34 @@ class NativeTransport(AiohttpTransport):
         content: bytes | None,
         timeout: float,
     ) -> Fetched:
-        if method == "HEAD":  # an answer whose length describes no body: aiohttp's to read
-            return await super().fetch(method, url, host, headers, content, timeout)
+        """`url` on `host` and its answer read whole, `timeout` for a new connection. The whole
+        call is the caller's to bound (the adapter's one deadline, connect to last byte): no
+        timer here per read."""
+        if method == "HEAD":
+            return await self._fetch_head(url, headers, content, timeout)
         status, answered, body, local_address = await self._native.fetch(
             method, url, headers, content, timeout
         )
-        return Fetched(status, answered, _decoded(status, answered, body), local_address)
+        return Fetched(status, answered, decoded(status, answered, body), local_address)
+
+    async def _fetch_head(
+        self, url: str, headers: Sequence[tuple[str, str]], content: bytes | None, timeout: float
+    ) -> Fetched:
+        request = httpx.Request(
+            "HEAD",
+            url,
+            headers=list(headers),
+            content=content,
+            extensions={"timeout": httpx.Timeout(None, connect=timeout).as_dict()},
+        )
+        response = await self.handle_async_request(request)
+        try:
+            await response.aread()
+        finally:
+            await response.aclose()
+        stream = response.extensions.get("network_stream")
+        local_address = stream.get_extra_info("client_addr") if stream is not None else None
+        return Fetched(response.status_code, response.headers, b"", local_address)
 
     async def open_stream(
         self,
@@ -355,10 +214,12 @@ class NativeTransport(AiohttpTransport):
             stream=_NativeBody(self._native, connection),
             extensions={
                 "http_version": b"HTTP/1.1",
-                "network_stream": _SocketInfo(connection.sockname),
+                "network_stream": SocketInfo(connection.sockname),
             },
         )
 
     async def aclose(self) -> None:
         await self._native.aclose()
-        await super().aclose()
+        if self._httpx is not None:
+            await self._httpx.aclose()
+            self._httpx = None

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import os
 import ssl
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import httpx
@@ -15,7 +18,7 @@ import pytest
 
 from gateway.adapters.errors import ProviderError
 from gateway.adapters.native_http import NativePool
-from gateway.adapters.transport import NativeResponse
+from gateway.adapters.transport import NativeResponse, NativeTransport
 from gateway.engine.outbound import OutboundPolicy
 
 pytestmark = pytest.mark.backend_free
@@ -574,3 +577,65 @@ class TestStreamLines:
         headers = [("content-encoding", "gzip")]
 
         assert await lines_of(NativeResponse, [body[:7], body[7:]], headers) == ["one", "two"]
+
+
+HEAD_OK = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n"
+
+
+class TestOffTheNativePath:
+    """What the native pool doesn't carry itself goes through httpx's pool, held to the same
+    policy; aiohttp is loaded only by a process that chose it."""
+
+    @pytest.fixture
+    async def transport(self) -> AsyncIterator[NativeTransport]:
+        limits = httpx.Limits(max_connections=4, keepalive_expiry=30)
+        made = NativeTransport(limits=limits, policy=OutboundPolicy.allowing(("loopback",)))
+        yield made
+        await made.aclose()
+
+    async def test_a_head_is_answered_without_a_body_despite_its_length(self, serve, transport):
+        server = await serve(answering(HEAD_OK))
+        fetched = await transport.fetch("HEAD", server.url, "127.0.0.1", HEADERS, None, WITHIN_S)
+
+        assert (fetched.status, fetched.body) == (200, b"")
+        assert fetched.headers["content-length"] == "11"
+        assert server.requests[0].startswith(b"HEAD /api/chat HTTP/1.1\r\n")
+
+    async def test_a_call_through_httpxs_api_is_answered(self, serve, transport):
+        server = await serve(answering(OK))
+        async with httpx.AsyncClient(transport=transport) as client:
+            response = await client.post(server.url, content=b"{}")
+
+        assert (response.status_code, response.content) == (200, b'{"ok":true}')
+
+    async def test_the_policy_holds_off_the_native_path_too(self, serve):
+        server = await serve(answering(HEAD_OK))
+        limits = httpx.Limits(max_connections=4)
+        refusing = NativeTransport(limits=limits, policy=OutboundPolicy.allowing(()))
+        try:
+            with pytest.raises(ProviderError, match="blocked by the URL policy"):
+                await refusing.fetch("HEAD", server.url, "127.0.0.1", HEADERS, None, WITHIN_S)
+        finally:
+            await refusing.aclose()
+        assert server.requests == []
+
+
+def test_a_process_on_the_native_pool_never_loads_aiohttp():
+    program = (
+        "import sys, asyncio\n"
+        "import failover_site.asgi\n"
+        "from gateway.adapters.pool import ClientSettings, make_client\n"
+        "from gateway.engine.config import ProviderConfig\n"
+        "config = ProviderConfig(name='p', kind='ollama', base_url='http://127.0.0.1:9',"
+        " model='m', priority=1, is_local=True, timeout_s=5, context_window=8192)\n"
+        "client = make_client(config, ClientSettings(http_client='native'))\n"
+        "asyncio.run(client.aclose())\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('aiohttp', 'yarl')))\n"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "failover_site.settings", "ENV_FILE": ""}
+    done = subprocess.run(
+        [sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=60
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
