@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import socket
 import ssl
 import time
@@ -51,6 +52,14 @@ MAX_HEADS = 256
 _FORBIDDEN = ("\r", "\n", "\0")
 
 
+@functools.cache
+def default_tls() -> ssl.SSLContext:
+    """The system's certificate authorities, loaded once a process and on first use (a
+    context holds about a megabyte of them): shared by every pool without a context of its
+    own, and never loaded where no provider is reached over TLS."""
+    return ssl.create_default_context()
+
+
 class _Head(NamedTuple):
     origin: Origin
     bytes_: bytes  # the request line and headers, without the length and the blank line
@@ -59,14 +68,14 @@ class _Head(NamedTuple):
 
 class NativePool:
     """Kept-alive connections to the origins one provider's client calls. `policy`: where it
-    may connect (None: anywhere)."""
+    may connect (None: anywhere); `ssl_context`: None for `default_tls()`."""
 
     def __init__(
         self,
         *,
         limit: int,
         keepalive_s: float,
-        ssl_context: ssl.SSLContext,
+        ssl_context: ssl.SSLContext | None,
         policy: OutboundPolicy | None,
     ) -> None:
         self._limit = max(1, limit)
@@ -246,7 +255,7 @@ class NativePool:
                             lambda: Connection(origin),
                             address,
                             port,
-                            ssl=self._ssl if tls else None,
+                            ssl=(self._ssl or default_tls()) if tls else None,
                             server_hostname=host if tls else None,
                         )
                         return connection

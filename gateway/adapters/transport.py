@@ -140,7 +140,7 @@ class NativeTransport(httpx.AsyncBaseTransport):
         self._native = NativePool(
             limit=limits.max_connections or 0,
             keepalive_s=limits.keepalive_expiry or 15.0,
-            ssl_context=ssl_context or ssl.create_default_context(),
+            ssl_context=ssl_context,
             policy=policy,
         )
         self._httpx: httpx.AsyncBaseTransport | None = None

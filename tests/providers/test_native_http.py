@@ -48,8 +48,9 @@ class Server:
     """A loopback server running `script(server, reader, writer, connection_number)` on each
     connection; it counts connections and keeps every request it read."""
 
-    def __init__(self, script: Script) -> None:
+    def __init__(self, script: Script, tls: ssl.SSLContext | None = None) -> None:
         self.script = script
+        self.tls = tls
         self.connections = 0
         self.open = 0
         self.most_open = 0
@@ -59,9 +60,9 @@ class Server:
         self._server: asyncio.Server | None = None
 
     async def start(self) -> Server:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.tls)
         port = self._server.sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}/api/chat"
+        self.url = f"{'https' if self.tls else 'http'}://127.0.0.1:{port}/api/chat"
         return self
 
     async def read(self, reader: asyncio.StreamReader) -> bytes:
@@ -104,11 +105,11 @@ def answering(*answers: bytes) -> Script:
 
 
 @pytest.fixture
-async def serve() -> AsyncIterator[Callable[[Script], Awaitable[Server]]]:
+async def serve() -> AsyncIterator[Callable[..., Awaitable[Server]]]:
     started: list[Server] = []
 
-    async def start(script: Script) -> Server:
-        server = await Server(script).start()
+    async def start(script: Script, tls: ssl.SSLContext | None = None) -> Server:
+        server = await Server(script, tls).start()
         started.append(server)
         return server
 
@@ -122,7 +123,7 @@ async def pool() -> AsyncIterator[NativePool]:
     made = NativePool(
         limit=8,
         keepalive_s=30,
-        ssl_context=ssl.create_default_context(),
+        ssl_context=None,
         policy=OutboundPolicy.allowing(("loopback",)),
     )
     yield made
@@ -620,7 +621,7 @@ class TestOffTheNativePath:
         assert server.requests == []
 
 
-def test_a_process_on_the_native_pool_never_loads_aiohttp():
+def test_a_process_on_the_native_pool_loads_neither_aiohttp_nor_unused_certificates():
     program = (
         "import sys, asyncio\n"
         "import failover_site.asgi\n"
@@ -631,6 +632,8 @@ def test_a_process_on_the_native_pool_never_loads_aiohttp():
         "client = make_client(config, ClientSettings(http_client='native'))\n"
         "asyncio.run(client.aclose())\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('aiohttp', 'yarl')))\n"
+        "from gateway.adapters.native_http import default_tls\n"
+        "print(default_tls.cache_info().currsize)\n"
     )
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "failover_site.settings", "ENV_FILE": ""}
     done = subprocess.run(
@@ -638,4 +641,52 @@ def test_a_process_on_the_native_pool_never_loads_aiohttp():
     )
 
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip().splitlines()[-1] == "[]"
+    # Nor the system's certificate authorities, having reached no provider over TLS.
+    assert done.stdout.strip().splitlines()[-2:] == ["[]", "0"]
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory) -> tuple[str, str]:
+    """A self-signed certificate for 127.0.0.1 (openssl's): (its file, its key's file)."""
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = str(folder / "cert.pem"), str(folder / "key.pem")
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-keyout", key, "-out", cert, "-subj", "/CN=provider.test",
+         "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    return cert, key
+
+
+class TestTls:
+    """A provider over HTTPS (a cloud secondary): the certificate checked for the host."""
+
+    @pytest.fixture
+    def tls(self, certificate) -> ssl.SSLContext:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(*certificate)
+        return context
+
+    async def test_a_provider_over_tls_answers_on_one_connection(self, serve, tls, certificate):
+        server = await serve(answering(OK), tls)
+        trusting = ssl.create_default_context(cafile=certificate[0])
+        pool = NativePool(
+            limit=4,
+            keepalive_s=30,
+            ssl_context=trusting,
+            policy=OutboundPolicy.allowing(("loopback",)),
+        )
+        try:
+            assert await post(pool, server) == (200, b'{"ok":true}')
+            assert await post(pool, server) == (200, b'{"ok":true}')
+        finally:
+            await pool.aclose()
+        assert server.connections == 1
+
+    async def test_a_certificate_the_system_does_not_trust_is_refused(self, serve, tls, pool):
+        server = await serve(answering(OK), tls)  # `pool` trusts the system's authorities
+
+        with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+            await post(pool, server)
+        assert server.requests == []
