@@ -35,7 +35,7 @@ from django.core.exceptions import (
 )
 from django.core.signals import got_request_exception
 from django.http import Http404, HttpRequest, HttpResponseBase
-from django.urls import ResolverMatch, URLResolver, get_resolver, get_urlconf
+from django.urls import ResolverMatch, URLResolver, get_resolver
 from django.utils.deprecation import MiddlewareMixin
 from django.utils.module_loading import import_string
 
@@ -112,8 +112,10 @@ def _resolved(resolver: URLResolver, path: str) -> ResolverMatch:
 
 def _resolving(hooks: _Hooks) -> Handler:
     async def view(request: HttpRequest) -> HttpResponseBase:
-        # What `django.urls.resolve` does, with the match kept by path.
-        resolver = get_resolver(getattr(request, "urlconf", None) or get_urlconf())
+        # What `django.urls.resolve` does, with the match kept by path. (The context's URL
+        # configuration, `get_urlconf()`, is only ever set by Django's own handler, never on
+        # this path: a middleware's `request.urlconf`, or ROOT_URLCONF.)
+        resolver = get_resolver(getattr(request, "urlconf", None))
         match = _resolved(resolver, request.path_info)
         request.resolver_match = match
         for hook in hooks.view:

@@ -17,10 +17,11 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import RequestAborted
 from django.core.handlers.asgi import ASGIHandler
-from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.urls import set_script_prefix
 
 from edge.api.common import body_limit_for, body_too_large, error_response
+from edge.api.json_answer import JsonAnswer
 from edge.api.openai_common import openai_error
 from edge.api.validation import ApiError
 from edge.api_middleware import Handler, api_chain, log_answer
@@ -218,12 +219,12 @@ async def _disconnected(receive: Any) -> None:
         pass
 
 
-def _render_for(path: str) -> Callable[[ApiError], JsonResponse]:
+def _render_for(path: str) -> Callable[[ApiError], JsonAnswer]:
     """The endpoint's error shape: OpenAI's on /v1/, the gateway's own on /api/."""
     return openai_error if path.startswith("/v1/") else error_response
 
 
-def _error_answer(request: HttpRequest, status: int, code: str, message: str) -> JsonResponse:
+def _error_answer(request: HttpRequest, status: int, code: str, message: str) -> JsonAnswer:
     return _render_for(request.path)(ApiError(status, code, message))
 
 

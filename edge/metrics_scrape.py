@@ -28,7 +28,7 @@ from pathlib import Path
 from django.conf import settings
 from django.db import DatabaseError
 from django.db.models import Count
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 from prometheus_client.exposition import generate_latest
@@ -39,6 +39,7 @@ from prometheus_client.registry import Collector
 from alerts.models import AlertEvent
 from edge.api.access import client_address, presented_key
 from edge.api.common import NOT_STARTED, error_response
+from edge.api.json_answer import JsonAnswer
 from edge.api.json_body import ApiError
 from edge.probes import address_allowed
 from gateway.engine.breaker import Mode, State
@@ -76,7 +77,7 @@ async def metrics(request: HttpRequest) -> HttpResponse:
     return HttpResponse(await scrape(gateway), content_type=CONTENT_TYPE)
 
 
-def access_refusal(request: HttpRequest) -> JsonResponse | None:
+def access_refusal(request: HttpRequest) -> JsonAnswer | None:
     token: str = settings.METRICS_TOKEN
     allowed: list[str] = settings.METRICS_ALLOWED_IPS
     if not token and not allowed:

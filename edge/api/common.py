@@ -21,9 +21,10 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import DisallowedHost
-from django.http import HttpRequest, HttpResponseBase, JsonResponse
+from django.http import HttpRequest, HttpResponseBase
 
 from edge.api.access import Caller, Refusal, identify_or_find, permitted, rate_checked
+from edge.api.json_answer import JsonAnswer
 from edge.api.validation import ApiError
 from gateway.adapters.messages import CompletionRequest
 from gateway.engine.clients import ALL_STAND_INS, StandIn
@@ -70,8 +71,8 @@ def body_too_large(path: str) -> ApiError:
     )
 
 
-def error_response(error: ApiError) -> JsonResponse:
-    return JsonResponse({"error": error.as_dict()}, status=error.status)
+def error_response(error: ApiError) -> JsonAnswer:
+    return JsonAnswer({"error": error.as_dict()}, status=error.status)
 
 
 # The answer of a process whose gateway the lifespan never built (`runtime.gateway.NotServing`).
@@ -99,7 +100,7 @@ def checked_host(request: HttpRequest) -> ApiError | None:
 
 def json_errors(
     view: Callable[[HttpRequest], Awaitable[HttpResponseBase]],
-    render: Callable[[ApiError], JsonResponse] = error_response,
+    render: Callable[[ApiError], JsonAnswer] = error_response,
 ) -> Any:
     """The API's last line: an unexpected exception is logged and answered as JSON (by
     `render`, in the endpoint's error shape), never as an HTML page. (The router classifies
@@ -122,9 +123,9 @@ def json_errors(
 def wrong_method(
     request: HttpRequest,
     allowed: str,
-    render: Callable[[ApiError], JsonResponse] = error_response,
+    render: Callable[[ApiError], JsonAnswer] = error_response,
     message: str = "",
-) -> JsonResponse | None:
+) -> JsonAnswer | None:
     """The 405 (with `Allow`) for a request by another method than `allowed`, or None."""
     if request.method == allowed:
         return None
@@ -232,7 +233,7 @@ async def caller_admitted(
     return await rate_checked(runtime.ports, caller)
 
 
-def refused(refusal: Refusal, render: Callable[[ApiError], JsonResponse]) -> JsonResponse:
+def refused(refusal: Refusal, render: Callable[[ApiError], JsonAnswer]) -> JsonAnswer:
     response = render(refusal.error)
     for name, value in refusal.headers.items():
         response[name] = value
@@ -249,10 +250,10 @@ class Arrival:
 async def arrived(
     request: HttpRequest,
     parse: Callable[[bytes], Any],
-    render: Callable[[ApiError], JsonResponse] = error_response,
+    render: Callable[[ApiError], JsonAnswer] = error_response,
     *,
     wrong_method_message: str = "",
-) -> Arrival | JsonResponse:
+) -> Arrival | JsonAnswer:
     """A POST's checks in their order (method, host, envelope, the caller's key, the body),
     or the refusal in the endpoint's error shape (`render`)."""
     admitted = await _admitted(request, "POST", render, wrong_method_message)
@@ -266,8 +267,8 @@ async def arrived(
 
 
 async def arrived_to_read(
-    request: HttpRequest, render: Callable[[ApiError], JsonResponse] = error_response
-) -> Arrival | JsonResponse:
+    request: HttpRequest, render: Callable[[ApiError], JsonAnswer] = error_response
+) -> Arrival | JsonAnswer:
     """A GET's checks in the same order (method, host, the caller's key; it has no body), or
     the refusal in the endpoint's error shape."""
     return await _admitted(request, "GET", render, "")
@@ -276,9 +277,9 @@ async def arrived_to_read(
 async def _admitted(
     request: HttpRequest,
     method: str,
-    render: Callable[[ApiError], JsonResponse],
+    render: Callable[[ApiError], JsonAnswer],
     wrong_method_message: str,
-) -> Arrival | JsonResponse:
+) -> Arrival | JsonAnswer:
     wrong = wrong_method(request, method, render, wrong_method_message)
     if wrong is not None:
         return wrong

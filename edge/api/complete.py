@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest
 
 from edge.api.common import (
     TIERS,
@@ -25,6 +25,7 @@ from edge.api.common import (
     route_safely,
 )
 from edge.api.fields import JsonSchema
+from edge.api.json_answer import JsonAnswer
 from edge.api.validation import parse_complete
 from gateway.adapters.messages import CompletionRequest
 from runtime.outcomes import record_call
@@ -58,12 +59,12 @@ ANSWER_SCHEMA: JsonSchema = {
 
 
 @json_errors
-async def not_found(request: HttpRequest) -> JsonResponse:
+async def not_found(request: HttpRequest) -> JsonAnswer:
     return error_response(ApiError(404, "not_found", f"No endpoint at {request.path}."))
 
 
 @json_errors
-async def complete(request: HttpRequest) -> JsonResponse:
+async def complete(request: HttpRequest) -> JsonAnswer:
     started = time.perf_counter()
     arrival = await arrived(
         request, parse_complete, wrong_method_message="Use POST with a JSON body."
@@ -94,8 +95,8 @@ async def complete(request: HttpRequest) -> JsonResponse:
     headers = failover_headers(result, request_id)
     if result.error is not None:
         body: dict[str, Any] = {"error": {**result.error.as_body(), "request_id": request_id}}
-        return JsonResponse(body, status=result.status, headers=headers)
-    return JsonResponse(
+        return JsonAnswer(body, status=result.status, headers=headers)
+    return JsonAnswer(
         {
             "text": result.text,
             "provider": result.provider or None,

@@ -17,7 +17,7 @@ import struct
 import time
 from typing import Any
 
-from django.http import HttpRequest, HttpResponseBase, JsonResponse
+from django.http import HttpRequest, HttpResponseBase
 
 from edge.api.common import (
     Refusal,
@@ -29,6 +29,7 @@ from edge.api.common import (
 )
 from edge.api.embeddings_request import EmbeddingsBody, parse_embeddings
 from edge.api.fields import JsonSchema
+from edge.api.json_answer import JsonAnswer
 from edge.api.json_body import ApiError
 from edge.api.models import Purpose, resolve_model
 from edge.api.openai_common import (
@@ -75,7 +76,7 @@ async def embeddings(request: HttpRequest) -> HttpResponseBase:
     headers = failover_headers(result, routed.request_id)
     if result.error is not None:
         return routed_error(result, headers)
-    return JsonResponse(_body(parsed, result, routed.request_id), headers=headers)
+    return JsonAnswer(_body(parsed, result, routed.request_id), headers=headers)
 
 
 def _encoded(vector: tuple[float, ...], encoding: str) -> list[float] | str:

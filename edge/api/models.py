@@ -34,11 +34,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest
 
 from edge.api.access import Caller, permitted
 from edge.api.common import Arrival, arrived_to_read
 from edge.api.fields import JsonSchema
+from edge.api.json_answer import JsonAnswer
 from edge.api.json_body import ApiError
 from edge.api.openai_common import openai_error, openai_json_errors
 from gateway.engine.config import ProviderConfig, Snapshot
@@ -215,7 +216,7 @@ MODELS_SCHEMA: JsonSchema = {
 }
 
 
-async def _listed(request: HttpRequest) -> list[dict[str, Any]] | JsonResponse:
+async def _listed(request: HttpRequest) -> list[dict[str, Any]] | JsonAnswer:
     """The models the request's key may ask for, or the answer refusing the request."""
     arrival = await arrived_to_read(request, openai_error)
     if not isinstance(arrival, Arrival):
@@ -224,18 +225,18 @@ async def _listed(request: HttpRequest) -> list[dict[str, Any]] | JsonResponse:
 
 
 @openai_json_errors
-async def model_list(request: HttpRequest) -> JsonResponse:
+async def model_list(request: HttpRequest) -> JsonAnswer:
     listed = await _listed(request)
-    if isinstance(listed, JsonResponse):
+    if isinstance(listed, JsonAnswer):
         return listed
-    return JsonResponse({"object": "list", "data": listed})
+    return JsonAnswer({"object": "list", "data": listed})
 
 
-async def model_detail(request: HttpRequest, model: str) -> JsonResponse:
+async def model_detail(request: HttpRequest, model: str) -> JsonAnswer:
     @openai_json_errors
-    async def detail(request: HttpRequest) -> JsonResponse:
+    async def detail(request: HttpRequest) -> JsonAnswer:
         listed = await _listed(request)
-        if isinstance(listed, JsonResponse):
+        if isinstance(listed, JsonAnswer):
             return listed
         found = next((item for item in listed if item["id"] == model), None)
         if found is None:
@@ -248,6 +249,6 @@ async def model_detail(request: HttpRequest, model: str) -> JsonResponse:
                     "model",
                 )
             )
-        return JsonResponse(found)
+        return JsonAnswer(found)
 
     return await detail(request)

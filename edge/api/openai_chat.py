@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from django.http import HttpRequest, HttpResponseBase, JsonResponse
+from django.http import HttpRequest, HttpResponseBase
 
 from edge.api.chat_request import parse_chat
 from edge.api.common import (
@@ -27,6 +27,7 @@ from edge.api.common import (
     route_request,
     route_safely,
 )
+from edge.api.json_answer import JsonAnswer
 from edge.api.json_body import ApiError
 from edge.api.models import resolve_model
 from edge.api.openai_common import (
@@ -46,7 +47,7 @@ from runtime.outcomes import record_call
 
 
 @openai_json_errors
-async def not_found(request: HttpRequest) -> JsonResponse:
+async def not_found(request: HttpRequest) -> JsonAnswer:
     return openai_error(ApiError(404, "not_found", f"No endpoint at {request.path}."))
 
 
@@ -87,7 +88,7 @@ async def chat_completions(request: HttpRequest) -> HttpResponseBase:
         events = relay(ChatFrames(shape), gateway, routed, result, started)
         return EventStreamResponse(events, headers=headers)
     record_call(gateway, routed, result, ms_since(started))
-    return JsonResponse(shape.completion(), headers=headers)
+    return JsonAnswer(shape.completion(), headers=headers)
 
 
 async def routed_by_model(

@@ -10,10 +10,11 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import aclosing
 from typing import Any, Protocol
 
-from django.http import HttpRequest, HttpResponseBase, JsonResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
 
 from edge.api.common import Arrival, json_errors
 from edge.api.common import arrived as arrive
+from edge.api.json_answer import JsonAnswer
 from edge.api.json_body import ApiError
 from edge.api.openai_shapes import error_body
 from gateway.adapters.errors import ProviderError
@@ -23,8 +24,8 @@ from runtime.gateway import Gateway
 from runtime.outcomes import record_call
 
 
-def openai_error(error: ApiError) -> JsonResponse:
-    return JsonResponse(error_body(error), status=error.status)
+def openai_error(error: ApiError) -> JsonAnswer:
+    return JsonAnswer(error_body(error), status=error.status)
 
 
 openai_json_errors = functools.partial(json_errors, render=openai_error)
@@ -42,7 +43,7 @@ async def arrived(
     return await arrive(request, parse, openai_error)
 
 
-def routed_error(result: RouteResult, headers: dict[str, str]) -> JsonResponse:
+def routed_error(result: RouteResult, headers: dict[str, str]) -> JsonAnswer:
     """A routed request's error (`result.error`) in OpenAI's shape, with its headers."""
     assert result.error is not None
     error = result.error

@@ -8,7 +8,6 @@ Every shape is a subset of OpenAI's own (`CreateChatCompletionResponse`,
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -17,6 +16,7 @@ from edge.api.common import TIERS
 from edge.api.fields import JsonSchema
 from edge.api.json_body import ApiError
 from gateway.adapters.messages import Piece, Reasoning, ToolCall
+from gateway.engine import codec
 from gateway.routing.cascade import RouteResult
 
 # OpenAI's error types, by status.
@@ -190,7 +190,7 @@ CHUNK_SCHEMA: JsonSchema = {
 
 
 def _event(body: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n"
+    return b"data: " + codec.dumps(body) + b"\n\n"
 
 
 DONE = b"data: [DONE]\n\n"

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import time
 
-from django.http import HttpRequest, HttpResponseBase, JsonResponse
+from django.http import HttpRequest, HttpResponseBase
 
 from edge.api.common import (
     failover_headers,
 )
+from edge.api.json_answer import JsonAnswer
 from edge.api.openai_chat import routed_by_model
 from edge.api.openai_common import (
     EventStreamResponse,
@@ -53,4 +54,4 @@ async def responses(request: HttpRequest) -> HttpResponseBase:
         events = relay(ResponseEvents(shape), gateway, routed, result, started)
         return EventStreamResponse(events, headers=headers)
     record_call(gateway, routed, result, ms_since(started))
-    return JsonResponse(shape.response(), headers=headers)
+    return JsonAnswer(shape.response(), headers=headers)

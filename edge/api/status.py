@@ -13,7 +13,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest
 
 from edge.api.access import KeyFind, Refusal, identify_or_find, presented_key
 from edge.api.common import (
@@ -24,6 +24,7 @@ from edge.api.common import (
     refused,
     wrong_method,
 )
+from edge.api.json_answer import JsonAnswer
 from gateway.engine.breaker import Mode, State
 from gateway.engine.config import Snapshot
 from gateway.engine.health import (
@@ -113,7 +114,7 @@ STATUS_SCHEMA: dict[str, Any] = {
 
 
 @json_errors
-async def status(request: HttpRequest) -> JsonResponse:
+async def status(request: HttpRequest) -> JsonAnswer:
     wrong = wrong_method(request, "GET")
     if wrong is not None:
         return wrong
@@ -169,7 +170,7 @@ async def status(request: HttpRequest) -> JsonResponse:
                 ],
             }
         )
-    return JsonResponse(
+    return JsonAnswer(
         {
             "kill_switch": {
                 "state": policy.kill_switch,

@@ -30,6 +30,7 @@ from gateway.adapters.messages import (
 )
 from gateway.adapters.stream import CompletionStream, StreamDecoder
 from gateway.adapters.transport import Fetch, OpenStream
+from gateway.engine import codec
 from gateway.engine.config import ProviderConfig
 from gateway.engine.scrub import scrub_cut
 
@@ -195,7 +196,7 @@ class ProviderAdapter(ABC):
         with self.failures.classified(f"no answer within {timeout:.2f} s"):
             if self._fetch is not None:
                 template = self._template(method, path)
-                content = None if payload is None else json.dumps(payload).encode()
+                content = None if payload is None else codec.dumps(payload)
                 async with asyncio.timeout(timeout):
                     fetched = await self._fetch(
                         method, template.url_text, template.host, template.pairs, content, timeout
@@ -211,7 +212,7 @@ class ProviderAdapter(ABC):
         if status >= 400:
             raise self._status_error(status, headers, body)
         try:
-            decoded = json.loads(body)
+            decoded = codec.loads(body)
         except (ValueError, RecursionError) as exc:
             raise self.failures.failed(ErrorClass.MALFORMED, "the body is not JSON") from exc
         return decoded, latency_ms
@@ -264,7 +265,7 @@ class ProviderAdapter(ABC):
                         template.url_text,
                         template.host,
                         template.pairs,
-                        json.dumps(payload).encode(),
+                        codec.dumps(payload),
                         timeout,
                     )
                 else:
@@ -307,7 +308,7 @@ class ProviderAdapter(ABC):
             method,
             template.url,
             headers=template.headers,
-            content=None if payload is None else json.dumps(payload).encode(),
+            content=None if payload is None else codec.dumps(payload),
             extensions={"timeout": httpx.Timeout(timeout).as_dict()},
         )
 

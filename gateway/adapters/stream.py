@@ -5,7 +5,6 @@ its provider's `Failures` make every error it raises: the stream knows no adapte
 from __future__ import annotations
 
 import asyncio
-import json
 from collections import deque
 from collections.abc import AsyncGenerator, Callable
 from typing import Any, Protocol
@@ -22,6 +21,7 @@ from gateway.adapters.messages import (
     ToolCallDelta,
     estimate_tokens,
 )
+from gateway.engine import codec
 
 
 class StreamDecoder(Protocol):
@@ -120,7 +120,7 @@ class CompletionStream:
                 if not data:
                     continue
             try:
-                event = json.loads(data)
+                event = codec.loads(data)
             except (ValueError, RecursionError):
                 raise failures.malformed("a stream event is not JSON") from None
             piece = self._taken(decoder.decode(event, self))

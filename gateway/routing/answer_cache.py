@@ -10,12 +10,12 @@ provider fails (`fallback`) or also before asking one (`cost_saver`).
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 from dataclasses import dataclass
 from typing import Any
 
 from gateway.adapters.messages import CompletionRequest
+from gateway.engine import codec
 from gateway.state.contract import CacheWrite, StateStore
 
 logger = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ def answer_key(request: CompletionRequest, group: tuple[tuple[str, str], ...] = 
     shaping = [[name, value] for name, value in request.options if name in ANSWER_OPTIONS]
     if shaping:
         shape["options"] = shaping
-    encoded = json.dumps(shape, ensure_ascii=False, separators=(",", ":")).encode()
+    encoded = codec.dumps(shape)
     return KEY_PREFIX + hashlib.sha256(encoded).hexdigest()
 
 
@@ -76,7 +76,7 @@ class CachedAnswer:
 def cache_write(key: str, text: str, provider: str, now: float, ttl_s: int) -> CacheWrite | None:
     if not key or not text.strip() or len(text) > MAX_CACHED_CHARS:
         return None
-    value = json.dumps({"text": text, "provider": provider, "saved_at": now}, ensure_ascii=False)
+    value = codec.dumps_text({"text": text, "provider": provider, "saved_at": now})
     return CacheWrite(key, value, ttl_s)
 
 
@@ -90,7 +90,7 @@ async def cache_read(store: StateStore, key: str) -> CachedAnswer | None:
     if raw is None:
         return None
     try:
-        decoded = json.loads(raw)
+        decoded = codec.loads(raw)
         return CachedAnswer(
             str(decoded["text"]), str(decoded["provider"]), float(decoded["saved_at"])
         )

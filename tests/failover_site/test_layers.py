@@ -41,7 +41,10 @@ TOOLS = "devtools"
 
 # The pure decisions: plain Python over plain data, the clock passed in.
 PURE = "gateway.engine"
-PURE_MAY_IMPORT = {"rapidfuzz"}  # the static tier's fuzzy matching: pure computation
+PURE_MAY_IMPORT = {
+    "rapidfuzz",  # the static tier's fuzzy matching: pure computation
+    "orjson",  # JSON in and out (gateway/engine/codec.py): pure computation
+}
 # Packages that do I/O or belong to a framework: none of them in the pure decisions.
 IO_AND_FRAMEWORKS = {
     "django", "asgiref", "httpx", "aiohttp", "redis", "celery", "kombu", "psycopg",
