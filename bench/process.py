@@ -287,8 +287,16 @@ class Gateways:
                 out[f"workers_{count}"] = {**asdict(run), "cpu_cores_per_process": per_process}
                 out[f"workers_{count}_rps"] = run.rps
                 out[f"workers_{count}_cpu_cores"] = round(sum(cores), 2)
+                # What the processes made of the CPU they got: a second worker that scales
+                # serves as much a core as one, whatever share of the machine it was left.
+                out[f"workers_{count}_rps_per_core"] = (
+                    round(run.rps / sum(cores), 1) if sum(cores) else None
+                )
                 if count == 2 and out["workers_1_rps"]:
                     out["workers_2_over_1"] = round(run.rps / out["workers_1_rps"], 3)
+                    if out["workers_1_rps_per_core"] and out["workers_2_rps_per_core"]:
+                        per_core = out["workers_2_rps_per_core"] / out["workers_1_rps_per_core"]
+                        out["workers_2_over_1_per_core"] = round(per_core, 3)
                 if run.errors:
                     self.warnings.append(f"{name(variant)} --workers {count}: {run}")
                 print(f"  --workers {count} {name(variant):<9} {run.rps:9.1f} req/s  "
@@ -338,7 +346,9 @@ def table(args: argparse.Namespace, results: dict[str, dict[str, Any]], pin: boo
     for count in (1, 2):
         row(f"--workers {count}", f"workers_{count}_rps")
         row(f"  its CPU, cores (--workers {count})", f"workers_{count}_cpu_cores", 2)
+        row(f"  req/s per core of its CPU (--workers {count})", f"workers_{count}_rps_per_core")
     row("ratio 2 / 1", "workers_2_over_1", 2)
+    row("ratio 2 / 1, per core of CPU", "workers_2_over_1_per_core", 2)
     if args.soak:
         print(f"Soak: {args.soak:,} unique prompts at {args.connections} connections, "
               f"VmRSS sampled every 1 s, MiB ({where})")  # fmt: skip
