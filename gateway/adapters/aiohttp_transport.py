@@ -29,6 +29,7 @@ import httpx
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 
+from gateway.adapters.native_http import default_tls
 from gateway.adapters.outbound import blocked
 from gateway.adapters.transport import Fetched, SocketInfo, decoded
 from gateway.engine.outbound import OutboundPolicy, host_refusal, resolved_refusal
@@ -122,7 +123,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
     ) -> None:
         self._limits = limits
         self._policy = policy
-        self._ssl = ssl_context or ssl.create_default_context()
+        self._ssl = ssl_context or default_tls()  # the process's one copy
         self._session: aiohttp.ClientSession | None = None
         self._hosts_allowed: set[str] = set()
         self._policy_resolver: PolicyResolver | None = None
