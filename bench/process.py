@@ -357,6 +357,28 @@ def table(args: argparse.Namespace, results: dict[str, dict[str, Any]], pin: boo
         row(f"end ({SETTLE_S:g} s after the last answer)", "soak_end_kib", scale=MIB)
         row("ratio end / start", "soak_end_over_start", 3)
         row("req/s during the soak", "soak_rps")
+    goals(results)
+
+
+# The goals (docs/performance.md): (what, the result's key, the goal, lower is better, scale).
+GOALS = (
+    ("cold start, median, s", "cold_start_median_s", 0.7, True, 1.0),
+    ("RSS at rest, MiB", "rest_median_kib", 70.0, True, MIB),
+    ("two workers / one", "workers_2_over_1", 1.8, False, 1.0),
+    ("soak end / start", "soak_end_over_start", 1.5, True, 1.0),
+)
+
+
+def goals(results: dict[str, dict[str, Any]]) -> None:
+    print("Goals")
+    for label, out in results.items():
+        for what, key, goal, lower, scale in GOALS:
+            if out.get(key) is None:
+                continue
+            value = out[key] / scale
+            met = value <= goal if lower else value >= goal
+            print(f"  {label:<10} {what} {value:.2f}: {'meets' if met else 'MISSES'} "
+                  f"{'≤' if lower else '≥'} {goal:g}")  # fmt: skip
 
 
 def main(argv: list[str]) -> int:

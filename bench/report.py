@@ -101,6 +101,45 @@ def floor_share(
         ratios.setdefault(target, {})["floor"] = rows
 
 
+# The other goals a run can check (docs/performance.md): the p50 added over the floor at one
+# connection, the tail at 64 connections, and the Redis mode against the embedded one.
+GOAL_ADDED_P50_MS = 0.3
+GOAL_TAIL = 3.0  # p99 ≤ this × p50 at 64 connections
+GOAL_REDIS_SHARE = 0.95  # gateway+redis ÷ gateway at 16 connections
+
+
+def goals(by: dict[Any, Any], gateways: list[str], width: int, ratios: dict[str, Any]) -> None:
+    """Each gateway against the goals its runs can show, and whether it meets each."""
+    lines: list[str] = []
+    for target in gateways:
+        checks = []  # (key, value, what, met, goal)
+        one, floor_one, busy = by.get((target, 1)), by.get((FLOOR, 1)), by.get((target, 64))
+        # The embedded mode's goal: with Redis a request waits on its round trip too.
+        if one is not None and floor_one is not None and "+redis" not in target:
+            added = round(one.p50_ms - floor_one.p50_ms, 3)
+            what = f"p50 at 1 connection {added:+.2f} ms over the floor's"
+            checks.append(("added_p50_ms_over_floor_at_1", added, what,
+                           added <= GOAL_ADDED_P50_MS, f"≤ +{GOAL_ADDED_P50_MS} ms"))  # fmt: skip
+        if busy is not None and busy.p50_ms:
+            tail = round(busy.p99_ms / busy.p50_ms, 2)
+            what = f"p99 at 64 connections {tail:.2f} × its p50"
+            checks.append(("p99_over_p50_at_64", tail, what, tail <= GOAL_TAIL,
+                           f"≤ {GOAL_TAIL:g} ×"))  # fmt: skip
+        embedded, shared = by.get((target.replace("+redis", "", 1), 16)), by.get((target, 16))
+        if "+redis" in target and embedded is not None and shared is not None and embedded.rps:
+            share = round(shared.rps / embedded.rps, 3)
+            what = f"at 16 connections {share:.2f} of the embedded figure"
+            checks.append(("redis_over_embedded_at_16", share, what,
+                           share >= GOAL_REDIS_SHARE, f"≥ {GOAL_REDIS_SHARE}"))  # fmt: skip
+        for key, value, what, met, goal in checks:
+            ratios.setdefault(target, {}).setdefault("goals", {})[key] = value
+            lines.append(f"  {target:<{width}} {what}: {'meets' if met else 'MISSES'} {goal}")
+    if lines:
+        print()
+        print(f"Goals (the floor: {FLOOR})")
+        print("\n".join(lines))
+
+
 def _num(value: float | None, digits: int) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
@@ -193,6 +232,7 @@ def report(bench: Bench, facts: dict[str, Any], elapsed: float) -> dict[str, Any
             ratios[target] = {"throughput": rows}
 
         floor_share(args, by, gateways, width, ratios)
+        goals(by, gateways, width, ratios)
 
         print()
         print("Added latency at 1 connection (p50; gateway − direct, and gateway − passthrough)")
