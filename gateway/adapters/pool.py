@@ -151,7 +151,8 @@ class AdapterPool:
         version cannot speak."""
         adapters = self._adapters.get()
         adapter = adapters.get(config.name)
-        if adapter is not None and adapter.config == config:
+        # The same configuration object on every request of one snapshot: no field by field.
+        if adapter is not None and (adapter.config is config or adapter.config == config):
             return adapter
         adapter_class = ADAPTERS.get(config.kind)
         if adapter_class is None:

@@ -211,7 +211,10 @@ class Snapshot:
         return self.providers[0] if self.providers else None
 
     def provider(self, name: str) -> ProviderConfig | None:
-        return next((p for p in self.providers if p.name == name), None)
+        for provider in self.providers:  # a handful: a loop, asked on every request
+            if provider.name == name:
+                return provider
+        return None
 
     def alias(self, name: str) -> AliasConfig | None:
         return next((a for a in self.aliases if a.name == name), None)
