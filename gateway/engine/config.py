@@ -217,4 +217,7 @@ class Snapshot:
         return None
 
     def alias(self, name: str) -> AliasConfig | None:
-        return next((a for a in self.aliases if a.name == name), None)
+        for alias in self.aliases:
+            if alias.name == name:
+                return alias
+        return None

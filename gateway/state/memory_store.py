@@ -30,6 +30,9 @@ from gateway.state.holds import Holds
 # One statistics bucket: the fields the Redis store keeps in its bucket hash (contract.py).
 Bucket = dict[str, int]
 
+# A breaker nothing has moved yet: one shared value (frozen), not one made per read.
+NEVER_MOVED = BreakerState()
+
 
 # A provider no check has judged (frozen: one for all).
 NO_VERDICT = HealthState()
@@ -124,7 +127,7 @@ class MemoryStore(StateStore):
         self, name: str, spend_keys: Iterable[str] = ()
     ) -> tuple[BreakerState, dict[str, float]]:
         spent = {key: self._counter(key) for key in spend_keys}
-        return self._with_health(name, self._states.get(name, BreakerState())), spent
+        return self._with_health(name, self._states.get(name, NEVER_MOVED)), spent
 
     def _with_health(self, name: str, state: BreakerState) -> BreakerState:
         health = self._health_of(name).status
@@ -163,7 +166,7 @@ class MemoryStore(StateStore):
         for field, counted in fields if sample.counted else ():
             if counted:
                 bucket[field] = bucket.get(field, 0) + 1
-        current = self._states.get(name, BreakerState())
+        current = self._states.get(name, NEVER_MOVED)
         if not sample.counted:
             pass  # counted while still in flight: neither a second failure nor a success
         elif sample.failure:
@@ -223,7 +226,7 @@ class MemoryStore(StateStore):
         return WindowStats(calls, failures, slow, p95_calls, over, recent_calls, recent_over)
 
     async def transition(self, name: str, expected_version: int, new: BreakerState) -> bool:
-        current = self._states.get(name, BreakerState())
+        current = self._states.get(name, NEVER_MOVED)
         if current.version != expected_version:
             return False
         self._states[name] = replace(new, version=expected_version + 1, health=Health.UNKNOWN)
@@ -232,7 +235,7 @@ class MemoryStore(StateStore):
     async def acquire_probe(
         self, name: str, version: int, limit: int, now: float | None = None
     ) -> bool:
-        current = self._states.get(name, BreakerState())
+        current = self._states.get(name, NEVER_MOVED)
         if (
             current.version != version
             or current.state != State.HALF_OPEN
@@ -247,7 +250,7 @@ class MemoryStore(StateStore):
         return True
 
     async def release_probe(self, name: str, version: int) -> None:
-        current = self._states.get(name, BreakerState())
+        current = self._states.get(name, NEVER_MOVED)
         if (
             current.version == version
             and current.state == State.HALF_OPEN
@@ -256,7 +259,7 @@ class MemoryStore(StateStore):
             self._states[name] = replace(current, probes_admitted=current.probes_admitted - 1)
 
     async def set_mode(self, name: str, mode: Mode) -> BreakerState:
-        current = self._states.get(name, BreakerState())
+        current = self._states.get(name, NEVER_MOVED)
         reset = BreakerState(mode=mode, version=current.version + 1)
         self._states[name] = reset
         self._buckets.pop(name, None)  # the statistics start afresh with the reset breaker
