@@ -80,7 +80,9 @@ async def test_a_late_answer_of_a_hedged_call_counts_as_a_good_call_and_is_cache
     assert gateway.in_flight.count("ollama-local") == 0
     state, _ = await gateway.store.read("ollama-local")
     assert (state.state, state.consecutive_failures) == (State.CLOSED, 0)
-    assert gateway.stuck.latencies._rings["answer:ollama-local"][-1] >= 0.7
+    # Its whole latency, not the bound's 0.3 s (the provider's 700 ms timer may fire a
+    # millisecond early: libuv times it from the loop's cached clock).
+    assert gateway.stuck.latencies._rings["answer:ollama-local"][-1] >= 0.69
 
 
 async def test_a_half_open_probe_is_hedged_and_its_late_answer_closes_the_breaker(
