@@ -17,9 +17,11 @@ pytestmark = pytest.mark.backend_free
 
 def test_an_id_is_a_version_7_uuid_of_the_millisecond_it_was_made():
     before = time.time_ns() // 1_000_000
-    made = uuid.UUID(_new_id())
+    text = _new_id()
+    made = uuid.UUID(text)
     after = time.time_ns() // 1_000_000
     assert made.version == 7 and made.variant == uuid.RFC_4122
+    assert text == str(made)  # the canonical form: lower-case hex, dashed 8-4-4-4-12
     assert before <= made.int >> 80 <= after
 
 
