@@ -7,7 +7,7 @@ a stream reader for each of them; here a call is one write (the request's head, 
 method, URL and headers, with the body) and the answer read by httptools (the C parser uvicorn
 itself reads requests with) straight into a list of chunks: about a fifth of aiohttp's CPU a
 call (bench/). A stream goes the same way, its body read piece by piece as it comes (`open`);
-a call through httpx's API stays on aiohttp's pool (`NativeTransport`).
+a call through httpx's API (or a HEAD) goes to httpx's own pool (`NativeTransport`).
 
 What it keeps of the clients before it:
 - connections kept alive per origin, at most `limit` open (past it a call waits for one),
