@@ -12,15 +12,13 @@ from django.http import HttpResponse
 
 from gateway.engine import codec
 
-_DJANGO_TYPES = DjangoJSONEncoder()
-
 
 class JsonAnswer(HttpResponse):
     def __init__(
         self, data: Any, status: int = 200, headers: Mapping[str, str] | None = None
     ) -> None:
         super().__init__(
-            codec.dumps_with(data, _DJANGO_TYPES.default, DjangoJSONEncoder),
+            codec.dumps_with(data, DjangoJSONEncoder),
             content_type="application/json",
             status=status,
             headers=headers,

@@ -33,20 +33,29 @@ def dumps_text(value: Any) -> str:
     return dumps(value).decode()
 
 
-def dumps_with(
-    value: Any, default: Callable[[Any], Any], fallback: type[json.JSONEncoder]
-) -> bytes:
-    """`value` as compact JSON, UTF-8, with `default` for the types orjson doesn't know, and
-    the ones it would write its own way (datetimes, dataclasses) handed to it too: what
-    `json.dumps(value, cls=fallback)` says of them, whose answer it is where orjson has none."""
+def dumps_with(value: Any, encoder: type[json.JSONEncoder]) -> bytes:
+    """`value` as compact JSON, UTF-8, what `json.dumps(value, cls=encoder)` says of the types
+    orjson doesn't know and of the ones it would write its own way (datetimes, dataclasses):
+    `encoder`'s `default` for each, and `encoder` itself for a value orjson refuses whole."""
     try:
         return orjson.dumps(
             value,
-            default=default,
+            default=_default_of(encoder),
             option=orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS,
         )
     except TypeError:
-        return json.dumps(value, cls=fallback, separators=(",", ":")).encode()
+        return json.dumps(value, cls=encoder, separators=(",", ":")).encode()
+
+
+# Each encoder's `default`, its instance made once.
+_DEFAULTS: dict[type[json.JSONEncoder], Callable[[Any], Any]] = {}
+
+
+def _default_of(encoder: type[json.JSONEncoder]) -> Callable[[Any], Any]:
+    default = _DEFAULTS.get(encoder)
+    if default is None:
+        default = _DEFAULTS[encoder] = encoder().default
+    return default
 
 
 def loads(data: bytes | str) -> Any:
