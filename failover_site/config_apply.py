@@ -16,6 +16,7 @@ from failover_site.config_file import (
     FORMAT_VERSION,
     KINDS,
     NAMED_BY,
+    NOT_IN_FILE,
     ConfigFileError,
     Kind,
     alias_entries,
@@ -65,6 +66,12 @@ def _assign(instance: models.Model, item: Mapping[str, Any], where: str) -> None
     """The file's values onto `instance`, each through its field's own conversion; a column
     the file doesn't name keeps its value (a new row: its default)."""
     known = {f.name: f for f in editable_fields(type(instance))}
+    switch = sorted(set(item) & NOT_IN_FILE.get(type(instance), frozenset()))
+    if switch:
+        raise ConfigFileError(
+            f"{where}: {', '.join(switch)}: the kill switch is not configuration and no file "
+            "sets it; flip it on the status page."
+        )
     unknown = sorted(set(item) - set(known) - {"entries"})
     if unknown:
         raise ConfigFileError(f"{where}: no such field: {', '.join(unknown)}.")
@@ -128,15 +135,7 @@ def config_apply(
     applied = Applied(changes=[], keys={})
 
     def record(*, row: models.Model, before: Any, after: Any, actor: Any) -> None:
-        config_change_record(
-            target=row,
-            action=ChangeAction.CREATE if before is None else ChangeAction.UPDATE,
-            before=before,
-            after=after,
-            actor=None,
-            actor_name="config apply",
-            reason=reason,
-        )
+        _recorded(row, before, after, reason)
 
     with transaction.atomic():
         if "policy" in doc:
@@ -239,15 +238,7 @@ def _entries_in(entries: Any, where: str) -> list[dict[str, Any]]:
 def _entries_set(alias: ModelAlias, entries: list[dict[str, Any]], where: str, reason: str) -> None:
     """The alias's entries replaced by the file's, each one audited like an admin inline."""
     for old in AliasEntry.objects.filter(alias=alias):
-        config_change_record(
-            target=old,
-            action=ChangeAction.DELETE,
-            before=instance_snapshot(old),
-            after=None,
-            actor_name="config apply",
-            reason=reason,
-        )
-        old.delete()
+        _deleted(old, reason)
     for entry in entries:
         row = AliasEntry(
             alias=alias,
@@ -257,14 +248,7 @@ def _entries_set(alias: ModelAlias, entries: list[dict[str, Any]], where: str, r
         )
         _validated(row, f"{where}: entry {entry['provider']}")
         row.save()
-        config_change_record(
-            target=row,
-            action=ChangeAction.CREATE,
-            before=None,
-            after=instance_snapshot(row),
-            actor_name="config apply",
-            reason=reason,
-        )
+        _recorded(row, None, instance_snapshot(row), reason)
 
 
 def _prune(kind: Kind, kept: set[Any], applied: Applied, reason: str) -> None:
@@ -276,16 +260,30 @@ def _prune(kind: Kind, kept: set[Any], applied: Applied, reason: str) -> None:
         applied.changes.append(Change(kind.section, where, "delete"))
         if isinstance(row, ClientApp):
             client_app_revoke(app=row, actor=None, reason=f"{reason}; not in the file")
-            continue
-        config_change_record(
-            target=row,
-            action=ChangeAction.DELETE,
-            before=instance_snapshot(row),
-            after=None,
-            actor_name="config apply",
-            reason=reason,
-        )
-        row.delete()
+        else:
+            _deleted(row, reason)
+
+
+def _recorded(row: models.Model, before: Any, after: Any, reason: str) -> None:
+    """The change record of a row the file creates (no `before`), changes or deletes (no
+    `after`), marked as applied from it."""
+    if before is None:
+        action = ChangeAction.CREATE
+    else:
+        action = ChangeAction.DELETE if after is None else ChangeAction.UPDATE
+    config_change_record(
+        target=row,
+        action=action,
+        before=before,
+        after=after,
+        actor_name="config apply",
+        reason=reason,
+    )
+
+
+def _deleted(row: models.Model, reason: str) -> None:
+    _recorded(row, instance_snapshot(row), None, reason)
+    row.delete()
 
 
 def _keyname(value: Any) -> Any:

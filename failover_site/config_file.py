@@ -31,6 +31,7 @@ from billing.models import Budget
 from providers.models import (
     AliasEntry,
     ClientApp,
+    FailoverPolicy,
     ModelAlias,
     Provider,
     StaticAnswer,
@@ -72,9 +73,22 @@ KINDS: tuple[Kind, ...] = (
 NAMED_BY = {Provider: "name", ClientApp: "name"}
 
 
+# The kill switch is an incident's control, not configuration: a file from staging must never
+# flip production's. It stays with the deployment (the status page, with its own permission).
+NOT_IN_FILE: dict[type[models.Model], frozenset[str]] = {
+    FailoverPolicy: frozenset(FailoverPolicy.KILL_SWITCH_FIELDS)
+}
+
+
 def editable_fields(model: type[models.Model]) -> list[models.Field[Any, Any]]:
-    """What an operator sets: the editable columns, not the id and not bookkeeping."""
-    return [f for f in model._meta.concrete_fields if f.editable and not f.primary_key]
+    """What an operator sets: the editable columns, not the id, not bookkeeping, and not the
+    kill switch."""
+    left_out = NOT_IN_FILE.get(model, frozenset())
+    return [
+        f
+        for f in model._meta.concrete_fields
+        if f.editable and not f.primary_key and f.name not in left_out
+    ]
 
 
 def related_model(f: Any) -> type[models.Model]:

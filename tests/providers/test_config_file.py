@@ -84,6 +84,18 @@ def test_a_file_round_trips_through_an_empty_database(configured, tmp_path: Path
     assert _run("apply", str(path)).strip().endswith("0 rows changed")
 
 
+def test_the_kill_switch_stays_with_the_deployment(configured, tmp_path):
+    """An incident's control: a file from staging never flips production's."""
+    FailoverPolicy.objects.update(kill_switch="static_only", kill_switch_reason="incident")
+    doc = yaml.safe_load(_run("export"))
+    assert not set(FailoverPolicy.KILL_SWITCH_FIELDS) & set(doc["policy"])
+    FailoverPolicy.objects.update(kill_switch="off", kill_switch_reason="")
+    path = tmp_path / "during-incident.yaml"
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    _run("apply", str(path))
+    assert FailoverPolicy.objects.get().kill_switch == "off"
+
+
 def test_the_file_holds_no_key_and_no_secret(configured):
     text = _run("export", "--format", "json")
     doc = json.loads(text)
@@ -188,6 +200,10 @@ def test_a_row_that_does_not_validate_names_its_row_and_field_and_nothing_is_app
             "provider names 'nowhere', which is not a provider",
         ),
         (lambda d: d.update(version=9), "not a configuration file of this format"),
+        (
+            lambda d: d["policy"].update(kill_switch="static_only"),
+            "policy: kill_switch: the kill switch is not configuration",
+        ),
         (lambda d: d.update(extras=[]), "no such section: extras"),
         (lambda d: d.update(providers={}), "providers: expected a list of rows"),
     ],
