@@ -22,6 +22,7 @@ from django.urls import set_script_prefix
 
 from edge.api.common import body_limit_for, body_too_large, error_response
 from edge.api.json_answer import JsonAnswer
+from edge.api.messages_shapes import anthropic_error
 from edge.api.openai_common import openai_error
 from edge.api.validation import ApiError
 from edge.api_middleware import Handler, api_chain, log_answer
@@ -220,7 +221,10 @@ async def _disconnected(receive: Any) -> None:
 
 
 def _render_for(path: str) -> Callable[[ApiError], JsonAnswer]:
-    """The endpoint's error shape: OpenAI's on /v1/, the gateway's own on /api/."""
+    """The endpoint's error shape: Anthropic's on /v1/messages, OpenAI's on the rest of
+    /v1/, the gateway's own on /api/."""
+    if path.startswith("/v1/messages"):
+        return anthropic_error
     return openai_error if path.startswith("/v1/") else error_response
 
 

@@ -4,7 +4,16 @@ from django.contrib import admin
 from django.urls import path, re_path
 
 from edge import front_door, metrics_scrape, probes
-from edge.api import complete, embeddings, models, openai_chat, openapi, responses, status
+from edge.api import (
+    complete,
+    embeddings,
+    messages,
+    models,
+    openai_chat,
+    openapi,
+    responses,
+    status,
+)
 
 urlpatterns = [
     # The browser's front door and the API reference: pages, outside /api/ and /v1/.
@@ -20,6 +29,8 @@ urlpatterns = [
     path("v1/chat/completions", openai_chat.chat_completions, name="openai-chat-completions"),
     path("v1/responses", responses.responses, name="openai-responses"),
     path("v1/embeddings", embeddings.embeddings, name="openai-embeddings"),
+    path("v1/messages", messages.messages, name="anthropic-messages"),
+    path("v1/messages/count_tokens", messages.count_tokens, name="anthropic-count-tokens"),
     path("v1/models", models.model_list, name="openai-models"),
     path("v1/models/<path:model>", models.model_detail, name="openai-model"),
     re_path(r"^v1/", openai_chat.not_found),

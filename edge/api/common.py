@@ -39,7 +39,9 @@ logger = logging.getLogger(__name__)
 # The request body limits, by endpoint: a long-context conversation or a full embeddings batch
 # runs to megabytes, anything else the API takes (the frontends' own JSON) is small. Paths not
 # named here (every other /api/ and /v1/ path, a bodiless GET included) get the small one.
-CHAT_PATHS = frozenset({"/v1/chat/completions", "/v1/responses", "/v1/messages"})
+CHAT_PATHS = frozenset(
+    {"/v1/chat/completions", "/v1/responses", "/v1/messages", "/v1/messages/count_tokens"}
+)
 EMBEDDINGS_PATHS = frozenset({"/v1/embeddings"})
 
 

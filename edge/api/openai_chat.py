@@ -14,7 +14,7 @@ along as extra body fields, and every answer carries the `X-Failover-*` headers.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from django.http import HttpRequest, HttpResponseBase
 
@@ -92,18 +92,21 @@ async def chat_completions(request: HttpRequest) -> HttpResponseBase:
 
 
 async def routed_by_model(
-    arrival: Arrival, completion: CompletionRequest
+    arrival: Arrival,
+    completion: CompletionRequest,
+    render: Callable[[ApiError], JsonAnswer] = openai_error,
 ) -> tuple[RouteRequest, RouteResult] | HttpResponseBase:
     """A chat-like request routed as its `model` reads (`resolve_model`), once the caller is
-    admitted: the request and its result, or the refusal in OpenAI's error shape. What the app
-    may not ask for is refused before anything says whether it exists."""
+    admitted: the request and its result, or the refusal in the endpoint's error shape
+    (OpenAI's unless `render` says another). What the app may not ask for is refused before
+    anything says whether it exists."""
     gateway, caller, parsed = arrival.gateway, arrival.caller, arrival.parsed
     choice = resolve_model(caller, await gateway.snapshots.current(), parsed.model)
     if isinstance(choice, ApiError):
-        return openai_error(choice)
+        return render(choice)
     ticket = await caller_admitted(caller, gateway, priority=parsed.priority, prefer=choice.prefer)
     if isinstance(ticket, Refusal):
-        return refused(ticket, openai_error)
+        return refused(ticket, render)
     routed = route_request(
         parsed,
         completion,

@@ -43,11 +43,16 @@ async def arrived(
     return await arrive(request, parse, openai_error)
 
 
-def routed_error(result: RouteResult, headers: dict[str, str]) -> JsonAnswer:
-    """A routed request's error (`result.error`) in OpenAI's shape, with its headers."""
+def routed_error(
+    result: RouteResult,
+    headers: dict[str, str],
+    render: Callable[[ApiError], JsonAnswer] = openai_error,
+) -> JsonAnswer:
+    """A routed request's error (`result.error`) in the endpoint's shape (OpenAI's unless
+    `render` says another), with its headers."""
     assert result.error is not None
     error = result.error
-    response = openai_error(ApiError(result.status, error.code, error.message, error.param or None))
+    response = render(ApiError(result.status, error.code, error.message, error.param or None))
     for name, value in headers.items():
         response[name] = value
     return response

@@ -310,3 +310,32 @@ def live_url(gateway) -> Iterator[str]:
 
     with serve_platform(gateway, release_this_loops_connections) as url:
         yield url
+
+
+# Anthropic behind the gateway -------------------------------------------------------------
+
+CLAUDE_MODEL = "claude-haiku-4-5"
+CLAUDE_KEY = "sk-ant-test-key"
+
+
+@pytest.fixture
+def claude() -> Iterator[FakeProvider]:
+    with FakeProvider(models=[CLAUDE_MODEL], api_key=CLAUDE_KEY, text="Hello from Claude.") as fake:
+        yield fake
+
+
+@pytest.fixture
+def anthropic_only(providers_configured, claude, monkeypatch) -> Provider:
+    """Anthropic as the only enabled provider: every answer comes through its translation."""
+    monkeypatch.setenv("FAILOVER_SECRET_TEST_ANTHROPIC_KEY", CLAUDE_KEY)
+    Provider.objects.filter(name__in=["ollama-local", "openai-cloud"]).update(enabled=False)
+    return Provider.objects.create(
+        name="anthropic-cloud",
+        kind="anthropic",
+        base_url=claude.url,
+        model=CLAUDE_MODEL,
+        api_key_env="FAILOVER_SECRET_TEST_ANTHROPIC_KEY",
+        priority=15,
+        is_local=False,
+        timeout_s=5,
+    )

@@ -5,7 +5,6 @@ tool calls, tool results and JSON as the real APIs do)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import openai
@@ -13,7 +12,6 @@ import pytest
 from asgiref.sync import sync_to_async
 from pydantic import BaseModel
 
-from devtools.fake_provider import FakeProvider
 from providers.models import Provider
 from tests.factories import TEST_CLIENT_KEY
 from tests.providers.conftest import ledger_rows
@@ -51,36 +49,11 @@ RESULT_TURN = [
     },
     {"role": "tool", "tool_call_id": CALL_ID, "content": "22 degrees and sunny"},
 ]
-CLAUDE_MODEL = "claude-haiku-4-5"
-CLAUDE_KEY = "sk-ant-test-key"
 
 
 def sdk(live_url: str) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(
         base_url=live_url + "/v1", api_key=TEST_CLIENT_KEY, max_retries=0, timeout=30
-    )
-
-
-@pytest.fixture
-def claude() -> Iterator[FakeProvider]:
-    with FakeProvider(models=[CLAUDE_MODEL], api_key=CLAUDE_KEY, text="Hello from Claude.") as fake:
-        yield fake
-
-
-@pytest.fixture
-def anthropic_only(providers_configured, claude, monkeypatch) -> Provider:
-    """Anthropic as the only enabled provider: every answer comes through its translation."""
-    monkeypatch.setenv("FAILOVER_SECRET_TEST_ANTHROPIC_KEY", CLAUDE_KEY)
-    Provider.objects.filter(name__in=["ollama-local", "openai-cloud"]).update(enabled=False)
-    return Provider.objects.create(
-        name="anthropic-cloud",
-        kind="anthropic",
-        base_url=claude.url,
-        model=CLAUDE_MODEL,
-        api_key_env="FAILOVER_SECRET_TEST_ANTHROPIC_KEY",
-        priority=15,
-        is_local=False,
-        timeout_s=5,
     )
 
 

@@ -1,0 +1,77 @@
+"""Anthropic's Messages API as a front door: `POST /v1/messages` and
+`POST /v1/messages/count_tokens`.
+
+Clients and agents built on the `anthropic` SDK point their base URL at the gateway (the key
+as `x-api-key`, or as a bearer token) and gain the cascade unchanged: the same keys, limits,
+breakers, budgets and ledger, whichever provider answers (Ollama, an OpenAI-compatible one or
+Anthropic itself). The body (`edge/api/messages_request.py`) becomes the same
+`CompletionRequest` a Chat Completions request does, `model` read by
+`edge.api.models.resolve_model`; the answer is a message (`edge/api/messages_shapes.py`),
+whole or streamed as Anthropic's typed events; every error is in Anthropic's error shape; every
+answer carries the `X-Failover-*` headers. The static tier and the degradation message answer
+as messages too, as the client app's stand-ins allow.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+
+from django.http import HttpRequest, HttpResponseBase
+
+from edge.api.common import arrived as arrive
+from edge.api.common import failover_headers, json_errors
+from edge.api.json_answer import JsonAnswer
+from edge.api.json_body import ApiError
+from edge.api.messages_request import parse_count_body, parse_messages_body
+from edge.api.messages_shapes import MessageEvents, MessageShape, anthropic_error
+from edge.api.models import resolve_model
+from edge.api.openai_chat import routed_by_model
+from edge.api.openai_common import EventStreamResponse, ms_since, relay, routed_error
+from gateway.adapters.messages import estimate_tokens, prompt_needed
+from gateway.engine import codec
+from runtime.outcomes import record_call
+
+anthropic_json_errors = functools.partial(json_errors, render=anthropic_error)
+
+
+@anthropic_json_errors
+async def messages(request: HttpRequest) -> HttpResponseBase:
+    started = time.perf_counter()
+    arrival = await arrive(request, parse_messages_body, anthropic_error)
+    if isinstance(arrival, HttpResponseBase):
+        return arrival
+    gateway, parsed = arrival.gateway, arrival.parsed
+    found = await routed_by_model(arrival, parsed.completion, anthropic_error)
+    if isinstance(found, HttpResponseBase):
+        return found
+    routed, result = found
+    headers = failover_headers(result, routed.request_id)
+    if result.error is not None:
+        record_call(gateway, routed, result, ms_since(started))
+        return routed_error(result, headers, anthropic_error)
+    shape = MessageShape(result, routed.request_id)
+    if parsed.stream:
+        events = relay(MessageEvents(shape), gateway, routed, result, started)
+        return EventStreamResponse(events, headers=headers)
+    record_call(gateway, routed, result, ms_since(started))
+    return JsonAnswer(shape.message(), headers=headers)
+
+
+@anthropic_json_errors
+async def count_tokens(request: HttpRequest) -> HttpResponseBase:
+    """The conversation's input tokens, by the gateway's estimate (about four characters a
+    token, as its budgets and context windows count them): no provider is asked."""
+    arrival = await arrive(request, parse_count_body, anthropic_error)
+    if isinstance(arrival, HttpResponseBase):
+        return arrival
+    gateway, caller, parsed = arrival.gateway, arrival.caller, arrival.parsed
+    choice = resolve_model(caller, await gateway.snapshots.current(), parsed.model)
+    if isinstance(choice, ApiError):
+        return anthropic_error(choice)
+    completion = parsed.completion
+    tools = sum(
+        estimate_tokens(f"{tool.name} {tool.description} {codec.dumps_text(tool.parameters)}")
+        for tool in completion.tools
+    )
+    return JsonAnswer({"input_tokens": prompt_needed(completion) + tools})
