@@ -139,6 +139,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "provider: its throughput with its primary down and its breaker open, served by the "
         "next (against a healthy --baseline, a worktree of the same commit, for the ratio).",
     )
+    parser.add_argument(
+        "--otel",
+        action="store_true",
+        help="Also this tree's gateway exporting a trace of every request over OTLP/HTTP "
+        "(OTEL_EXPORTER_OTLP_ENDPOINT) to a receiver on the load's CPU (gateway+otel): the "
+        "cost of tracing, beside the same tree without it.",
+    )
     parser.add_argument("--no-pin", action="store_true", help="Don't pin processes to CPUs.")
     parser.add_argument("--json", metavar="PATH", help="Write the results as JSON here.")
     parser.add_argument(
@@ -276,7 +283,7 @@ def main(argv: list[str]) -> int:
     stop_on_signals()
 
     per_run = args.warmup + args.duration + 0.3
-    variants = 1 + bool(args.baseline)
+    variants = 1 + bool(args.baseline) + args.otel
     gateways = ("gateway" in args.targets) * len(args.transports) * (1 + args.redis) * variants
     servers = ("direct" in args.targets) + ("floor" in args.targets)
     servers += len(set(args.transports) & set(PASSTHROUGH_TRANSPORTS)) * (
@@ -291,7 +298,8 @@ def main(argv: list[str]) -> int:
     print(
         f"bench_complete: targets {','.join(args.targets)}; transports {','.join(args.transports)}"
         f"; endpoints {','.join(args.endpoints)}"
-        f"{'; +redis' if args.redis else ''}{'; +baseline' if args.baseline else ''}; "
+        f"{'; +redis' if args.redis else ''}{'; +baseline' if args.baseline else ''}"
+        f"{'; +otel' if args.otel else ''}; "
         f"connections {','.join(map(str, args.connections))}; "
         f"{args.duration:g} s per run (+{args.warmup:g} s warm-up); about {estimate / 60:.1f} min",
         flush=True,

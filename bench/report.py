@@ -10,7 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from compare import compare, print_comparison
+from compare import compare, print_comparison, print_tracing, tracing_cost
 from procs import LOAD_CPU, SERVER_CPU
 from profiling import print_profiles
 from rediscount import print_counts
@@ -318,6 +318,8 @@ def report(bench: Bench, facts: dict[str, Any], elapsed: float) -> dict[str, Any
     if bench.baseline:
         print_comparison(comparison, bench.baseline, width)
     print_counts(bench.redis_counts, width)
+    tracing = tracing_cost(ordered, args.connections)
+    print_tracing(tracing, bench.otel_counts, width)
 
     if bench.profiles:
         print()
@@ -361,6 +363,7 @@ def report(bench: Bench, facts: dict[str, Any], elapsed: float) -> dict[str, Any
         },
         "baseline": {**bench.baseline, "comparison": comparison} if bench.baseline else None,
         "redis_counts": bench.redis_counts,
+        "tracing": {"cost": tracing, "received": bench.otel_counts},
         "profiles": bench.profiles,
         "warnings": bench.warnings,
     }

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from compare import BASELINE_LABEL
+from compare import BASELINE_LABEL, OTEL_LABEL
 from procs import (
     BENCH_DIR,
     BENCH_KEY,
@@ -130,6 +130,7 @@ class Bench:
         self.warnings: list[str] = []
         self.profiles: dict[str, Any] = {}
         self.redis_counts: dict[str, Any] = {}
+        self.otel_counts: dict[str, Any] = {}
         self.data_dir = work / "data"
         self.data_dir.mkdir()
         self.env = self._base_env(self.data_dir)
@@ -141,6 +142,19 @@ class Bench:
             env = {**self._base_env(base_dir), "PYTHONPATH": pythonpath_for(args.baseline)}
             env["SECRET_KEY"] = self.env["SECRET_KEY"]
             self.variants.append(Variant(BASELINE_LABEL, args.baseline, env))
+        self.otlp_sink = ""
+        if args.otel and "gateway" in args.targets:
+            # This tree again, exporting every request's trace to a receiver on the load's CPU.
+            port = free_port()
+            sink = [self.python, str(BENCH_DIR / "otlp_sink.py"), str(port)]
+            proc = procs.start("otlp-sink", sink, self.env, LOAD_CPU)
+            self.otlp_sink = f"http://127.0.0.1:{port}"
+            wait_ready(proc, f"{self.otlp_sink}/count")
+            otel_dir = work / "data-otel"
+            otel_dir.mkdir()
+            env = {**self._base_env(otel_dir), "OTEL_EXPORTER_OTLP_ENDPOINT": self.otlp_sink}
+            env["SECRET_KEY"] = self.env["SECRET_KEY"]
+            self.variants.append(Variant(OTEL_LABEL, ROOT, env))
         self.redis_server_kind: str | None = None
         if args.redis and "gateway" in args.targets:
             dedicated = not args.shared_redis and shutil.which("redis-server") is not None
@@ -350,6 +364,8 @@ class Bench:
             for s in served:
                 for target, url, body in s.endpoints(self.args.endpoints):
                     self._expect_primary(target, url, body, s.proc, "after measuring")
+                if s.variant.label == OTEL_LABEL:
+                    self._expect_spans(s)
             for s in served:
                 if s.redis is not None:
                     print(f"  {s.target}: counting Redis work per request", flush=True)
@@ -415,6 +431,17 @@ class Bench:
                 f"{body[:400]!r}\n  (the cascade did not reach the fake provider, so this "
                 f"would not measure the proxy path)\n{log_tail(proc)}"
             )
+
+    def _expect_spans(self, served: Served) -> None:
+        """A traced gateway measured without exporting would measure tracing off."""
+        status, body = http("GET", f"{self.otlp_sink}/count")
+        counts = json.loads(body) if status == 200 else {}
+        if not counts.get("spans"):
+            raise BenchError(
+                f"{served.target}: the OTLP receiver got no spans ({status}: {body[:200]!r})"
+                f"\n{log_tail(served.proc)}"
+            )
+        self.otel_counts[served.target] = counts
 
     def flush_shared_redis(self) -> None:
         """At the end: db 12 of the shared server (a dedicated one went with its process)."""

@@ -27,6 +27,8 @@ from edge.api.openai_common import openai_error
 from edge.api.validation import ApiError
 from edge.api_middleware import Handler, api_chain, log_answer
 from edge.body_deadline import BodyTimedOut, within_deadline
+from gateway.engine.tracing import REQUEST
+from runtime.gateway import STATE_KEY
 
 # JSON needs no source of anything, and no page may frame it.
 API_CONTENT_SECURITY_POLICY = "default-src 'none'; frame-ancestors 'none'"
@@ -154,10 +156,28 @@ class ApiHandler(CappedASGIHandler):
         await super().send_refusal(response, send)
 
     async def handle_capped(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        state = scope.get("state")
+        gateway = state.get(STATE_KEY) if state else None
+        tracing = gateway.tracing if gateway is not None else None
+        if tracing is None:
+            await self.answer(scope, receive, send)
+            return
+        # The request's span: its provider calls' spans go under it (`gateway.engine.tracing`).
+        span = tracing.request(scope)
+        token = REQUEST.set(span)
+        status = 500
+        try:
+            status = await self.answer(scope, receive, send)
+        finally:
+            REQUEST.reset(token)
+            span.ended(status)
+
+    async def answer(self, scope: dict[str, Any], receive: Any, send: Any) -> int:
+        """Read the body, answer the request; the answer's status (0: the client left)."""
         try:
             body_file = await self.read_capped(receive, self.body_limit(scope))
         except RequestAborted:
-            return
+            return 0
         request: HttpRequest | None = None
         try:
             set_script_prefix(settings.FORCE_SCRIPT_NAME or scope.get("root_path", "") or "")
@@ -172,6 +192,7 @@ class ApiHandler(CappedASGIHandler):
                 await self.send_streaming(response, send, receive)
             else:
                 await self.send_response(response, send)
+            return response.status_code
         finally:
             if request is not None:
                 request.close()

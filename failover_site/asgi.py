@@ -32,6 +32,7 @@ from runtime.scheduler import (  # noqa: E402
     one_off_jobs_settle,
     serving_process_jobs,
 )
+from runtime.tracing import tracing_from_env  # noqa: E402
 from runtime.wiring import config_changes_to  # noqa: E402
 
 logger = logging.getLogger(__name__)
@@ -101,7 +102,7 @@ async def _lifespan(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if state is None:
         await send({"type": "lifespan.startup.failed", "message": NO_STATE})
         return
-    gateway = Gateway(store=make_store())
+    gateway = Gateway(store=make_store(), tracing=tracing_from_env())
     state[STATE_KEY] = gateway
     scheduler = InProcessScheduler(gateway, serving_process_jobs())
     with config_changes_to(gateway):

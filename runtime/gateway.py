@@ -11,6 +11,7 @@ adapters (`gateway.routing.ports.Ports`).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from django.conf import settings
@@ -28,6 +29,7 @@ from gateway.state.contract import StateStore
 from gateway.state.memory_store import MemoryStore
 from runtime.ledger import LedgerWriter
 from runtime.snapshots import SnapshotHolder
+from runtime.tracing import Tracing
 
 logger = logging.getLogger(__name__)
 
@@ -42,8 +44,11 @@ class Gateway:
         clock: Clock | None = None,
         ledger: LedgerWriter | None = None,
         client_settings: ClientSettings | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.store = store
+        # OpenTelemetry traces of the API's requests (`runtime/tracing.py`); None: off.
+        self.tracing = tracing
         self.clock = clock or Clock()
         self.adapters = AdapterPool(client_settings or settings_for_clients())
         # With Redis, admission rides on the previous call's reply while it is this young (an
@@ -86,11 +91,13 @@ class Gateway:
 
     async def aclose(self) -> None:
         """Shutdown: write what the ledger holds, give the budget room kept for the next calls
-        back, close the provider clients."""
+        back, export the last spans, close the provider clients."""
         try:
             await self.snapshots.aclose()
             await self.ledger.aclose()
             await self.readings.standing.release_all(self.store)
+            if self.tracing is not None:  # the spans still batched go out (bounded)
+                await asyncio.to_thread(self.tracing.shutdown)
         finally:
             try:
                 await self.adapters.aclose()

@@ -8,7 +8,7 @@ import asyncio
 import hashlib
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 from django.utils import timezone
 
@@ -17,12 +17,14 @@ from alerts.raising import credentials_rejected, request_throttle, static_tier_a
 from gateway.adapters.errors import ERROR_TABLE
 from gateway.aio import spawn
 from gateway.engine.breaker import Mode, State
+from gateway.engine.tracing import REQUEST
 from gateway.routing.cascade import RouteRequest, RouteResult
 from gateway.routing.walk import Tier
 from runtime.background import run_db
 from runtime.gateway import Gateway
 from runtime.incidents import note_events
 from runtime.metrics import note_call
+from runtime.tracing import RequestSpan
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +97,9 @@ def record_call(
     """The request's line in the call ledger, and its breaker events as incidents (both
     buffered; written off the request's path), and its metrics (in-memory increments)."""
     note_call(gateway, result)
+    trace = REQUEST.get()
+    if trace is not None:  # the process exports traces: the request's span says who answered
+        cast(RequestSpan, trace).routed(routed, result)
     if result.events:
         note_events(result.events)
     note_trouble(result, gateway)

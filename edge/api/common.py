@@ -16,7 +16,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.core.exceptions import DisallowedHost
@@ -27,12 +27,14 @@ from edge.api.json_answer import JsonAnswer
 from edge.api.validation import ApiError
 from gateway.adapters.messages import CompletionRequest
 from gateway.engine.clients import ALL_STAND_INS, StandIn
+from gateway.engine.tracing import REQUEST
 from gateway.routing.cascade import RouteError, RouteRequest, RouteResult, route
 from gateway.routing.ports import Runtime
 from gateway.routing.rate_limits import RateTicket
 from gateway.routing.walk import Tier
 from runtime.gateway import Gateway, NotServing, gateway_of
 from runtime.outcomes import record_call
+from runtime.tracing import RequestSpan
 
 logger = logging.getLogger(__name__)
 
@@ -304,6 +306,16 @@ def route_request(
 ) -> RouteRequest:
     """The request to route, with the gateway's own fields both endpoints take (priority,
     task, allow_cloud, cache, user), as far as the caller may use them."""
+    trace = REQUEST.get()
+    if trace is not None:  # the process exports traces: what the request asks for
+        cast(RequestSpan, trace).asked(
+            operation="embeddings" if completion.embed else "chat",
+            model=getattr(parsed, "model", "") or "auto",
+            max_tokens=completion.max_tokens,
+            temperature=completion.temperature,
+            top_p=completion.top_p,
+            stream=bool(extra.get("stream", False)),
+        )
     return RouteRequest(
         completion=completion,
         request_id=_new_id(),

@@ -30,7 +30,7 @@ from gateway.adapters.messages import (
 )
 from gateway.adapters.stream import CompletionStream, StreamDecoder
 from gateway.adapters.transport import Fetch, OpenStream
-from gateway.engine import codec
+from gateway.engine import codec, tracing
 from gateway.engine.config import ProviderConfig
 from gateway.engine.scrub import scrub_cut
 
@@ -199,7 +199,12 @@ class ProviderAdapter(ABC):
                 content = None if payload is None else codec.dumps(payload)
                 async with asyncio.timeout(timeout):
                     fetched = await self._fetch(
-                        method, template.url_text, template.host, template.pairs, content, timeout
+                        method,
+                        template.url_text,
+                        template.host,
+                        _traced(template.pairs),
+                        content,
+                        timeout,
                     )
                 status, headers, body = fetched.status, fetched.headers, fetched.body
             else:
@@ -264,7 +269,7 @@ class ProviderAdapter(ABC):
                         "POST",
                         template.url_text,
                         template.host,
-                        template.pairs,
+                        _traced(template.pairs),
                         codec.dumps(payload),
                         timeout,
                     )
@@ -304,10 +309,15 @@ class ProviderAdapter(ABC):
         method and path: httpx otherwise re-parses the URL and re-merges the client's headers
         on every call, a measurable share of a proxied request (bench/)."""
         template = self._template(method, path)
+        headers = template.headers
+        trace = tracing.upstream_headers()
+        if trace:
+            headers = httpx.Headers(headers)
+            headers.update(trace)
         return httpx.Request(
             method,
             template.url,
-            headers=template.headers,
+            headers=headers,
             content=None if payload is None else codec.dumps(payload),
             extensions={"timeout": httpx.Timeout(timeout).as_dict()},
         )
@@ -367,3 +377,9 @@ class ProviderAdapter(ABC):
 def _failure(exc: ProviderError) -> str:
     """A failure as a check's detail, its class first: "timeout (no answer within 5.00 s)"."""
     return f"{exc.error_class.value} ({exc.message})" if exc.message else exc.error_class.value
+
+
+def _traced(pairs: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """A request's headers with its trace's (`traceparent`), when the process exports traces."""
+    trace = tracing.upstream_headers()
+    return (*pairs, *trace) if trace else pairs

@@ -12,7 +12,7 @@ from typing import Any
 from gateway.adapters.errors import ErrorClass, ProviderError
 from gateway.adapters.messages import Completion, CompletionRequest, estimate_tokens
 from gateway.adapters.stream import CompletionStream
-from gateway.engine import breaker
+from gateway.engine import breaker, tracing
 from gateway.engine.breaker import STUCK, Admission, BreakerState
 from gateway.engine.budgets import (
     answer_tokens_reserved,
@@ -22,6 +22,7 @@ from gateway.engine.config import ProviderConfig
 from gateway.engine.health import Health, health_skip
 from gateway.engine.reasons import SkipReason
 from gateway.engine.scrub import KEPT_LIMIT, scrub_cut, scrubbed_traceback
+from gateway.routing.attempt_trace import traced
 from gateway.routing.budget_holds import hold, later, release_later, reservation
 from gateway.routing.compliance import answer_problem, first_piece_problem
 from gateway.routing.hedge import at_bound, detached, hand_over, hedge_bound
@@ -220,9 +221,13 @@ async def attempt(
     if not trickle:  # a trickle call's failure leaves its breaker open: no sooner a retry
         walk.called = True
     bound = hedge_bound(walk, admitted, may_hedge=may_hedge or trickle)
+    call = _call(walk, admitted, cancel)
+    trace = tracing.REQUEST.get()
+    if trace is not None:  # the call in a span of its own, in whichever task makes it
+        call = traced(trace, admitted, call)
     if bound is None:
-        return await _call(walk, admitted, cancel)
-    return await at_bound(walk, admitted, bound, _call(walk, admitted, cancel))
+        return await call
+    return await at_bound(walk, admitted, bound, call)
 
 
 async def _call(walk: Walk, ticket: Ticket, cancel: asyncio.Event | None) -> AttemptResult:
