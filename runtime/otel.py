@@ -62,11 +62,7 @@ class OtelTracing:
             f"{method} {path}",
             context=parent,
             kind=SpanKind.SERVER,
-            attributes={
-                "http.request.method": method,
-                "url.path": path,
-                "url.scheme": scope.get("scheme", "http"),
-            },
+            attributes={"http.request.method": method, "url.path": path},
         )
         return OtelRequest(self.tracer, span)
 
@@ -82,6 +78,10 @@ class OtelRequest:
         self.span = span
         self.context: Context = set_span_in_context(span)
         self.operation = "chat"
+        # Not sampled (the sampler's choice, or the caller's): nothing to record, and the
+        # provider calls carry the request's own context upstream, unsampled.
+        self.recording = span.is_recording()
+        self.unsampled: Unsampled | None = None if self.recording else Unsampled(self.context)
 
     def asked(
         self,
@@ -94,16 +94,18 @@ class OtelRequest:
         stream: bool,
     ) -> None:
         self.operation = operation
+        if not self.recording:
+            return
         self.span.update_name(f"{operation} {model}")
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": operation,
             "gen_ai.request.model": model,
-            "failover.stream": stream,
         }
         for name, value in (
             ("gen_ai.request.max_tokens", max_tokens),
             ("gen_ai.request.temperature", temperature),
             ("gen_ai.request.top_p", top_p),
+            ("failover.stream", stream or None),
         ):
             if value is not None:
                 attributes[name] = value
@@ -111,7 +113,9 @@ class OtelRequest:
 
     def attempt(
         self, *, provider: str, kind: str, model: str, base_url: str, breaker: str, probe: bool
-    ) -> OtelAttempt:
+    ) -> OtelAttempt | Unsampled:
+        if self.unsampled is not None:
+            return self.unsampled
         url = urlsplit(base_url)
         system = PROVIDER_NAMES.get(kind, kind)
         attributes: dict[str, Any] = {
@@ -122,8 +126,9 @@ class OtelRequest:
             "server.address": url.hostname or "",
             "failover.provider": provider,
             "failover.breaker.state": breaker,
-            "failover.probe": probe,
         }
+        if probe:
+            attributes["failover.probe"] = True
         if url.port is not None:
             attributes["server.port"] = url.port
         span = self.tracer.start_span(
@@ -135,18 +140,22 @@ class OtelRequest:
         return OtelAttempt(span, model)
 
     def routed(self, routed: RouteRequest, result: RouteResult) -> None:
+        if not self.recording:
+            return
         span = self.span
         attributes: dict[str, Any] = {
             "failover.request_id": routed.request_id,
             "failover.client": routed.client,
             "failover.tier": str(result.tier),
             "failover.outcome": result.outcome,
-            "failover.is_fallback": result.is_fallback,
-            "failover.cache_hit": result.cache_hit,
             "failover.cost": str(result.cost),
             "gen_ai.usage.input_tokens": result.tokens_in,
             "gen_ai.usage.output_tokens": result.tokens_out,
         }
+        if result.is_fallback:
+            attributes["failover.is_fallback"] = True
+        if result.cache_hit:
+            attributes["failover.cache_hit"] = True
         if result.provider:
             attributes["failover.provider"] = result.provider
         if result.reason:
@@ -189,6 +198,8 @@ class OtelRequest:
             span.set_attribute("error.type", result.error.code)
 
     def ended(self, status: int) -> None:
+        if not self.recording:
+            return
         self.span.set_attribute("http.response.status_code", status)
         if status >= 500:
             self.span.set_status(Status(StatusCode.ERROR))
@@ -237,3 +248,19 @@ class OtelAttempt:
             span.set_status(Status(StatusCode.ERROR, error_class))
         span.set_attributes(attributes)
         span.end()
+
+
+class Unsampled:
+    """A provider call of a request the sampler left out: no span, the request's context (its
+    sampled flag off) sent upstream so the provider's own tracing follows the same choice."""
+
+    def __init__(self, context: Context) -> None:
+        carrier: dict[str, str] = {}
+        PROPAGATOR.inject(carrier, context=context)
+        self.headers = tuple(carrier.items())
+
+    def upstream_headers(self) -> tuple[tuple[str, str], ...]:
+        return self.headers
+
+    def finished(self, **ended: Any) -> None:
+        pass

@@ -249,3 +249,20 @@ def test_a_process_without_tracing_loads_nothing_of_opentelemetry():
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+async def test_a_request_the_caller_did_not_sample_records_nothing_but_passes_its_context_on(
+    api, gateway, traced, receiver, primary, secondary
+):
+    """The default sampler follows the caller's choice: nothing exported, and the provider gets
+    the same trace, still unsampled."""
+    unsampled = f"00-{CALLER_TRACE}-{CALLER_SPAN}-00"
+    response = await api.post(
+        "/v1/chat/completions", json=HELLO, headers={"traceparent": unsampled}
+    )
+    assert response.status_code == 200
+    traced.provider.force_flush()
+    assert receiver.spans == []
+    sent = primary.last_request("/api/chat")["headers"]["traceparent"]
+    version, trace_id, _, flags = sent.split("-")
+    assert (version, trace_id, flags) == ("00", CALLER_TRACE, "00")
