@@ -36,7 +36,10 @@ def pytest_configure(config: pytest.Config) -> None:
     if runs_tests:
         # A data directory of this worker's own: a ledger spill file one worker's test writes
         # is never another's to count or to replay.
-        settings.DATA_DIR = Path(tempfile.mkdtemp(prefix=f"failover-test-{WORKER}-"))
+        # On tmpfs where the machine has one: the embedded pass's database lives there too.
+        shm = Path("/dev/shm")
+        where = shm if shm.is_dir() and os.access(shm, os.W_OK) else None
+        settings.DATA_DIR = Path(tempfile.mkdtemp(prefix=f"failover-test-{WORKER}-", dir=where))
     if SERVICES_PASS and settings.REDIS_URL and runs_tests:
         import redis
 
@@ -92,10 +95,16 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 @pytest.fixture(scope="session")
 def django_db_modify_db_settings() -> None:
     """The test database named for this checkout and this worker (pytest-django's own suffix
-    would name it for the worker only)."""
+    would name it for the worker only). SQLite's is a file in this worker's data directory, as
+    the embedded mode's is, not SQLite's shared in-memory database: there, a thread that meets
+    a table another thread is writing fails at once ("database table is locked", no busy
+    timeout applies), where the embedded mode's file waits its turn."""
     for database in settings.DATABASES.values():
-        if database["ENGINE"] != "django.db.backends.sqlite3":
-            database.setdefault("TEST", {})["NAME"] = test_database_name(database["NAME"])
+        test = database.setdefault("TEST", {})
+        if database["ENGINE"] == "django.db.backends.sqlite3":
+            test["NAME"] = str(Path(settings.DATA_DIR) / "test.sqlite3")
+        else:
+            test["NAME"] = test_database_name(database["NAME"])
 
 
 def _unreachable_services() -> list[str]:
