@@ -143,7 +143,7 @@ class Bench:
             env["SECRET_KEY"] = self.env["SECRET_KEY"]
             self.variants.append(Variant(BASELINE_LABEL, args.baseline, env))
         self.otlp_sink = ""
-        if args.otel and "gateway" in args.targets:
+        if getattr(args, "otel", False) and "gateway" in args.targets:
             # This tree again, exporting every request's trace to a receiver on the load's CPU.
             port = free_port()
             sink = [self.python, str(BENCH_DIR / "otlp_sink.py"), str(port)]
