@@ -92,7 +92,7 @@ TOOLS_SCHEMA: JsonSchema = {
         "properties": {
             "type": {"const": "custom"},
             "name": {"type": "string", "pattern": NAME_PATTERN},
-            "description": {"type": "string"},
+            "description": {"type": ["string", "null"]},
             "input_schema": {"type": "object"},
         },
     },
@@ -138,7 +138,7 @@ def _texts(content: Any, at: str) -> str | ApiError:
     texts = []
     for index, block in enumerate(content):
         kind = block.get("type") if isinstance(block, dict) else None
-        if kind in MEDIA_BLOCKS:
+        if isinstance(kind, str) and kind in MEDIA_BLOCKS:
             return _unsupported(f"Only text is supported here: {kind} blocks are not.", at)
         if kind != "text" or not isinstance(block.get("text"), str):
             return invalid(f"{at}[{index}]", "Each block here is a text block.")

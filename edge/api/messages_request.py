@@ -210,3 +210,9 @@ def messages_body_schema() -> JsonSchema:
         "An Anthropic Messages request; an unknown field is refused as Anthropic refuses it. "
         "The gateway's own priority, task, allow_cloud and cache may ride along."
     )
+
+
+def count_body_schema() -> JsonSchema:
+    return COUNT_BODY.schema(
+        "The conversation, its system prompt and tools, whose input tokens to count."
+    )

@@ -17,7 +17,6 @@ from typing import Any
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
-from edge.api.chat_request import chat_body_schema
 from edge.api.common import (
     FAILOVER_HEADERS,
     body_limit_for,
@@ -27,19 +26,7 @@ from edge.api.common import (
     json_errors,
     wrong_method,
 )
-from edge.api.complete import ANSWER_SCHEMA
-from edge.api.embeddings import EMBEDDINGS_SCHEMA
-from edge.api.embeddings_request import embeddings_body_schema
-from edge.api.json_body import ERROR_SCHEMA
-from edge.api.models import MODEL_SCHEMA, MODELS_SCHEMA
-from edge.api.openai_shapes import CHUNK_SCHEMA, COMPLETION_SCHEMA, stream_event_schema
-from edge.api.openai_shapes import ERROR_SCHEMA as OPENAI_ERROR_SCHEMA
-from edge.api.responses_request import responses_body_schema
-from edge.api.responses_shapes import RESPONSE_SCHEMA
-from edge.api.responses_shapes import stream_event_schema as response_event_schema
-from edge.api.status import STATUS_SCHEMA
-from edge.api.validation import complete_body_schema
-from edge.probes import HEALTHZ_SCHEMA, READYZ_SCHEMA
+from edge.api.openapi_components import components, ref
 
 JSON = "application/json"
 KEYED: list[dict[str, list[str]]] = [{"bearer": []}, {"apiKey": []}]
@@ -72,10 +59,6 @@ REFUSAL_HEADERS = {
 ROUTED = (400, 422, 503)
 
 
-def _ref(name: str) -> dict[str, str]:
-    return {"$ref": f"#/components/schemas/{name}"}
-
-
 def _failover_headers(required: frozenset[str]) -> dict[str, Any]:
     return {name: {**h, "required": name in required} for name, h in FAILOVER_HEADERS.items()}
 
@@ -92,7 +75,7 @@ def _errors(error: str, statuses: tuple[int, ...]) -> dict[str, Any]:
     for status in statuses:
         response: dict[str, Any] = {
             "description": STATUSES[status],
-            "content": {JSON: {"schema": _ref(error)}},
+            "content": {JSON: {"schema": ref(error)}},
         }
         headers = _failover_headers(frozenset()) if status in ROUTED else {}
         headers.update(_refusal_headers(status))
@@ -108,7 +91,7 @@ ROUTING = (*ALWAYS, 401, 403, 415, 422, 429, 503)
 
 
 def _body(schema: str) -> dict[str, Any]:
-    return {"required": True, "content": {JSON: {"schema": _ref(schema)}}}
+    return {"required": True, "content": {JSON: {"schema": ref(schema)}}}
 
 
 def _operation(
@@ -136,7 +119,7 @@ def _paths() -> dict[str, Any]:
                 "One prompt in, one answer out, from whichever tier can give it.",
                 "gateway",
                 {
-                    **_ok("The answer.", {JSON: {"schema": _ref("CompleteAnswer")}}, **answered),
+                    **_ok("The answer.", {JSON: {"schema": ref("CompleteAnswer")}}, **answered),
                     **_errors("Error", ROUTING),
                 },
                 security=KEYED,
@@ -153,8 +136,8 @@ def _paths() -> dict[str, Any]:
                         "The completion; with stream: true, server-sent events (each "
                         "described here), ending with [DONE] or, broken, an error event.",
                         {
-                            JSON: {"schema": _ref("ChatCompletion")},
-                            "text/event-stream": {"schema": _ref("ChatStreamEvent")},
+                            JSON: {"schema": ref("ChatCompletion")},
+                            "text/event-stream": {"schema": ref("ChatStreamEvent")},
                         },
                         **answered,
                     ),
@@ -175,8 +158,8 @@ def _paths() -> dict[str, Any]:
                         "(each described here), ending with response.completed or "
                         "response.incomplete or, broken, an error event.",
                         {
-                            JSON: {"schema": _ref("Response")},
-                            "text/event-stream": {"schema": _ref("ResponseStreamEvent")},
+                            JSON: {"schema": ref("Response")},
+                            "text/event-stream": {"schema": ref("ResponseStreamEvent")},
                         },
                         **answered,
                     ),
@@ -194,7 +177,7 @@ def _paths() -> dict[str, Any]:
                 {
                     **_ok(
                         "The vectors, in the inputs' order.",
-                        {JSON: {"schema": _ref("Embeddings")}},
+                        {JSON: {"schema": ref("Embeddings")}},
                         **answered,
                     ),
                     **_errors("OpenAIError", (*ROUTING, 404)),
@@ -203,13 +186,48 @@ def _paths() -> dict[str, Any]:
                 requestBody=_body("EmbeddingsRequest"),
             )
         },
+        "/v1/messages": {
+            "post": _operation(
+                "createMessage",
+                "Anthropic's Messages API, whole or streamed, through the cascade.",
+                "anthropic",
+                {
+                    **_ok(
+                        "The message; with stream: true, Anthropic's typed server-sent events "
+                        "(each described here), ending with message_stop or, broken, an error "
+                        "event.",
+                        {
+                            JSON: {"schema": ref("Message")},
+                            "text/event-stream": {"schema": ref("MessageStreamEvent")},
+                        },
+                        **answered,
+                    ),
+                    **_errors("AnthropicError", (*ROUTING, 404)),
+                },
+                security=KEYED,
+                requestBody=_body("MessageRequest"),
+            )
+        },
+        "/v1/messages/count_tokens": {
+            "post": _operation(
+                "countMessageTokens",
+                "A conversation's input tokens, by the gateway's estimate; no provider is asked.",
+                "anthropic",
+                {
+                    **_ok("The count.", {JSON: {"schema": ref("TokenCount")}}),
+                    **_errors("AnthropicError", (*ALWAYS, 401, 403, 404, 415, 503)),
+                },
+                security=KEYED,
+                requestBody=_body("CountTokensRequest"),
+            )
+        },
         "/v1/models/{model}": {
             "get": _operation(
                 "retrieveModel",
                 "One name this key may give as model: auto, a provider, an alias, a served model.",
                 "openai",
                 {
-                    **_ok("The model.", {JSON: {"schema": _ref("Model")}}),
+                    **_ok("The model.", {JSON: {"schema": ref("Model")}}),
                     **_errors("OpenAIError", (*ALWAYS, 401, 403, 404, 503)),
                 },
                 security=KEYED,
@@ -229,7 +247,7 @@ def _paths() -> dict[str, Any]:
                 "What model may be for this key: auto and each provider its app may name.",
                 "openai",
                 {
-                    **_ok("The models.", {JSON: {"schema": _ref("ModelList")}}),
+                    **_ok("The models.", {JSON: {"schema": ref("ModelList")}}),
                     **_errors("OpenAIError", (*ALWAYS, 401, 403, 503)),
                 },
                 security=KEYED,
@@ -241,7 +259,7 @@ def _paths() -> dict[str, Any]:
                 "Live state per provider: breaker, failures, p95, budgets; the kill switch.",
                 "gateway",
                 {
-                    **_ok("The status.", {JSON: {"schema": _ref("Status")}}),
+                    **_ok("The status.", {JSON: {"schema": ref("Status")}}),
                     **_errors("Error", (*ALWAYS, 401, 403)),
                 },
                 security=[*KEYED, {"adminSession": []}],
@@ -261,7 +279,7 @@ def _paths() -> dict[str, Any]:
                 "healthz",
                 "The process is up.",
                 "probes",
-                {**_ok("Up.", {JSON: {"schema": _ref("Healthz")}}), **_probe_refusals()},
+                {**_ok("Up.", {JSON: {"schema": ref("Healthz")}}), **_probe_refusals()},
                 security=[],
             )
         },
@@ -271,11 +289,11 @@ def _paths() -> dict[str, Any]:
                 "The database and (when configured) Redis answer.",
                 "probes",
                 {
-                    **_ok("Ready.", {JSON: {"schema": _ref("Readyz")}}),
+                    **_ok("Ready.", {JSON: {"schema": ref("Readyz")}}),
                     "503": {
                         "description": "Not ready: a check failed (named only to "
                         "PROBE_DETAIL_ALLOWED_IPS).",
-                        "content": {JSON: {"schema": _ref("Readyz")}},
+                        "content": {JSON: {"schema": ref("Readyz")}},
                     },
                     **_probe_refusals(),
                 },
@@ -303,29 +321,6 @@ def _probe_refusals() -> dict[str, Any]:
     return {"405": {"description": STATUSES[405], "headers": _refusal_headers(405)}}
 
 
-def _schemas() -> dict[str, Any]:
-    return {
-        "CompleteRequest": complete_body_schema(),
-        "CompleteAnswer": ANSWER_SCHEMA,
-        "Error": ERROR_SCHEMA,
-        "ChatCompletionRequest": chat_body_schema(),
-        "ChatCompletion": COMPLETION_SCHEMA,
-        "ChatCompletionChunk": CHUNK_SCHEMA,
-        "ChatStreamEvent": stream_event_schema(_ref("ChatCompletionChunk"), _ref("OpenAIError")),
-        "ResponseRequest": responses_body_schema(),
-        "Response": RESPONSE_SCHEMA,
-        "ResponseStreamEvent": response_event_schema(_ref("Response")),
-        "OpenAIError": OPENAI_ERROR_SCHEMA,
-        "ModelList": MODELS_SCHEMA,
-        "Model": MODEL_SCHEMA,
-        "EmbeddingsRequest": embeddings_body_schema(),
-        "Embeddings": EMBEDDINGS_SCHEMA,
-        "Status": STATUS_SCHEMA,
-        "Healthz": HEALTHZ_SCHEMA,
-        "Readyz": READYZ_SCHEMA,
-    }
-
-
 @functools.cache
 def openapi_document() -> dict[str, Any]:
     return {
@@ -341,11 +336,15 @@ def openapi_document() -> dict[str, Any]:
         "tags": [
             {"name": "gateway", "description": "The gateway's own endpoints."},
             {"name": "openai", "description": "OpenAI-compatible; errors in OpenAI's shape."},
+            {
+                "name": "anthropic",
+                "description": "Anthropic's Messages API; errors in Anthropic's shape.",
+            },
             {"name": "probes", "description": "For load balancers and orchestrators."},
         ],
         "paths": _with_body_limits(_paths()),
         "components": {
-            "schemas": _schemas(),
+            "schemas": components(),
             "securitySchemes": {
                 "bearer": {
                     "type": "http",

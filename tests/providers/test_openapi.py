@@ -152,6 +152,8 @@ def test_the_document_is_valid_openapi_3_1_with_valid_json_schemas():
         ("/v1/chat/completions", "post"),
         ("/v1/responses", "post"),
         ("/v1/embeddings", "post"),
+        ("/v1/messages", "post"),
+        ("/v1/messages/count_tokens", "post"),
         ("/v1/models", "get"),
         ("/v1/models/{model}", "get"),
         ("/api/v1/status", "get"),
@@ -318,15 +320,18 @@ KEYLESS_STATUSES = {400, 401, 405, 408, 413, 415}
 
 
 def _excluded(case) -> list:
-    """Checks that can't hold for an operation. A Chat Completions or Responses body is refused
-    for rules across its messages (or input items) that JSON Schema can't say (the last one is
-    the user's, the question isn't blank, the whole conversation's length, two tools of one
-    name), so schema-valid bodies may be 400s. Any prompt body may ask for more (its text and
+    """Checks that can't hold for an operation. A Chat Completions, Responses or Messages body is
+    refused for rules across its messages (or input items or blocks) that JSON Schema can't say
+    (the last one is the user's, the question isn't blank, a tool_result answers an earlier
+    tool_use, the whole conversation's length, two tools of one name), so schema-valid bodies
+    may be 400s. Any prompt body may ask for more (its text and
     its max_tokens) than every provider's context window holds: a 400 context_length_exceeded.
     An embeddings body may name a model no provider here embeds with (a 404)."""
     if case.operation.path in (
         "/v1/chat/completions",
         "/v1/responses",
+        "/v1/messages",
+        "/v1/messages/count_tokens",
         "/api/v1/complete",
         "/v1/embeddings",
         "/v1/models/{model}",
@@ -382,4 +387,25 @@ async def test_a_stream_is_judged_event_by_event(api, primary):
     )
     broken.elapsed = response.elapsed
     with pytest.raises(FailureGroup, match="SSE event violates schema"):
+        case.validate_response(broken, checks=[response_schema_conformance])
+
+
+async def test_a_messages_stream_is_judged_event_by_event(api, primary):
+    """The same for Anthropic's events: one delta's type changed breaks the promise."""
+    body = {
+        "model": "auto",
+        "max_tokens": 50,
+        "messages": [{"role": "user", "content": "Hi"}],
+        "stream": True,
+    }
+    response = await api.post("/v1/messages", json=body)
+    assert response.headers["content-type"].startswith("text/event-stream")
+    case = plain["/v1/messages"]["POST"].Case(body=body, media_type="application/json")
+    case.validate_response(response, checks=[response_schema_conformance])
+    changed = response.content.replace(b'"text_delta"', b'"text_piece"', 1)
+    broken = httpx.Response(
+        200, headers=response.headers, content=changed, request=response.request
+    )
+    broken.elapsed = response.elapsed
+    with pytest.raises(FailureGroup, match="SSE event payload violates"):
         case.validate_response(broken, checks=[response_schema_conformance])
