@@ -36,6 +36,11 @@ PROVIDER_NAMES = {
     "ollama": "ollama",
 }
 _TRACE_HEADERS = (b"traceparent", b"tracestate")
+# A provider the request went past without its answer: the request span's event for it.
+PASSED_OVER = {
+    AttemptOutcome.SKIPPED: "failover.skipped",
+    AttemptOutcome.HEDGED: "failover.hedged",
+}
 
 
 class OtelTracing:
@@ -169,12 +174,8 @@ class OtelRequest:
             attributes["gen_ai.response.model"] = answered.model
         span.set_attributes(attributes)
         for attempt in result.attempts:
-            if attempt.outcome in (AttemptOutcome.SKIPPED, AttemptOutcome.HEDGED):
-                event = (
-                    "failover.skipped"
-                    if attempt.outcome == AttemptOutcome.SKIPPED
-                    else ("failover.hedged")
-                )
+            event = PASSED_OVER.get(attempt.outcome)
+            if event is not None:
                 span.add_event(
                     event,
                     {

@@ -7,9 +7,9 @@ from __future__ import annotations
 from edge.api.fields import JsonSchema
 from edge.api.messages_shapes import ERROR_TYPES, STOP_REASONS
 from edge.api.openai_shapes import FAILOVER_SCHEMA
+from edge.api.responses_shapes import INTEGER as COUNT
+from edge.api.responses_shapes import STRING, typed_events
 
-COUNT: JsonSchema = {"type": "integer", "minimum": 0}
-STRING: JsonSchema = {"type": "string"}
 TEXT_BLOCK: JsonSchema = {
     "type": "object",
     "required": ["type", "text"],
@@ -135,15 +135,4 @@ def stream_event_schema() -> JsonSchema:
         _event("message_stop"),
         _event("error", error=ERROR_SCHEMA["properties"]["error"]),
     ]
-    return {
-        "type": "object",
-        "required": ["event", "data"],
-        "properties": {
-            "event": {"enum": [event["properties"]["type"]["const"] for event in events]},
-            "data": {
-                "type": "string",
-                "contentMediaType": "application/json",
-                "contentSchema": {"anyOf": events},
-            },
-        },
-    }
+    return typed_events(events)

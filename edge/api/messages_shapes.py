@@ -90,7 +90,7 @@ class MessageShape:
         # Who answered: the provider's name, or the tier that stood in for one.
         self.model = result.provider or result.tier
 
-    def _envelope(self) -> dict[str, Any]:
+    def envelope(self) -> dict[str, Any]:
         return {"id": self.id, "type": "message", "role": "assistant", "model": self.model}
 
     def usage(self) -> dict[str, int]:
@@ -109,7 +109,7 @@ class MessageShape:
             for call in result.tool_calls
         ]
         return {
-            **self._envelope(),
+            **self.envelope(),
             "content": content,
             "stop_reason": self.stop_reason(),
             "stop_sequence": None,
@@ -131,7 +131,7 @@ class MessageEvents:
     def opening(self) -> Iterable[bytes]:
         shape = self.shape
         message = {
-            **shape._envelope(),
+            **shape.envelope(),
             "content": [],
             "stop_reason": None,
             "stop_sequence": None,

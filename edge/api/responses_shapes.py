@@ -167,6 +167,12 @@ def stream_event_schema(response: JsonSchema) -> JsonSchema:
         ),
         ERROR_EVENT_SCHEMA,
     ]
+    return typed_events(events)
+
+
+def typed_events(events: list[JsonSchema]) -> JsonSchema:
+    """A server-sent event that is one of `events`, each a JSON object whose `type` names it,
+    sent as `event: <type>` beside its JSON `data`."""
     return {
         "type": "object",
         "required": ["event", "data"],
