@@ -5,10 +5,11 @@ It serves the test suite, the benchmarks (a fast fixed-response upstream) and op
 failover drills (`manage.py fakeprovider`, `manage.py drill`). Control it in-process through
 `FakeProvider`, or over HTTP: `POST /_control/fault`, `GET /_control/stats`,
 `POST /_control/reset`, `POST /_control/refuse` (connections refused for a while). What each
-call carried is kept for the tests: `FakeProvider.last_request(path)`. Azure OpenAI's paths
-(`/openai/deployments/{deployment}/chat/completions`, `/openai/models`, with api-version and the
-api-key header) and OpenAI's endpoints under any path prefix (`/v1beta/openai/chat/completions`,
-Gemini's shape) are in `azure`.
+call carried is kept for the tests: `FakeProvider.last_request(path)`, and the thinking it
+carried back, `FakeProvider.thinking_received(path)`; `images.png` makes real images to send.
+Azure OpenAI's paths (`/openai/deployments/{deployment}/chat/completions`, `/openai/models`,
+with api-version and the api-key header) and OpenAI's endpoints under any path prefix
+(`/v1beta/openai/chat/completions`, Gemini's shape) are in `azure`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The fake provider's answer to a call that passed its faults: the chat answer in each dialect
-(plain text, a tool call, a tool result's echo, structured output), Ollama's other endpoints and
-the embeddings, or the error a real provider answers instead.
+(plain text, a tool call, a tool result's echo, structured output, a description of the images,
+each after the thinking when the request asks for it), Ollama's other endpoints and the
+embeddings, or the error a real provider answers instead.
 """
 
 from __future__ import annotations
@@ -8,7 +9,16 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from devtools.fake_provider import dialects, embeddings, ollama_extra, tool_replies, tools
+from devtools.fake_provider import (
+    anthropic_thinking,
+    dialects,
+    embeddings,
+    images,
+    ollama_extra,
+    thinking,
+    tool_replies,
+    tools,
+)
 from devtools.fake_provider.chat_request import chat_limit, wants_stream
 from devtools.fake_provider.config import FakeConfig
 from devtools.fake_provider.dialects import ANTHROPIC, OLLAMA, Reply
@@ -41,45 +51,84 @@ def chat(dialect: str, config: FakeConfig, request: dict[str, Any]) -> Reply:
     model = request["model"]
     if model not in config.models:
         return dialects.error(dialect, "model_not_found", model=model)
+    seen = images.read(dialect, request)
+    if isinstance(seen, Reply):
+        return seen
+    if seen and not config.supports_vision(model):
+        return images.refusal(dialect, model, seen[0])
+    described = images.describe(seen) if seen and config.describe_images else None
     prompt_tokens = dialects.count_words(request["messages"])
     stream = wants_stream(dialect, request)
     limit = chat_limit(dialect, request)
     if dialect == OLLAMA:
         return ollama_extra.chat(
-            config, request, prompt_tokens=prompt_tokens, limit=limit, stream=stream
+            config,
+            request,
+            prompt_tokens=prompt_tokens,
+            limit=limit,
+            stream=stream,
+            described=described,
         )
     if dialect == ANTHROPIC:
-        system = request.get("system")
-        if isinstance(system, str):
-            prompt_tokens += len(system.split())
-    planned = disobeyed(tools.plan(dialect, request, config), config)
+        return _anthropic(config, request, prompt_tokens, limit, stream, described)
+    reasons = thinking.openai_reasons(request, config)
+    if isinstance(reasons, Reply):
+        return reasons
+    planned = disobeyed(tools.plan(dialect, request, config, described=described), config)
     if isinstance(planned, Reply):
         return planned
     if isinstance(planned, str):
         config = replace(config, text=planned)
-    if dialect == ANTHROPIC:
-        if isinstance(planned, tools.ToolCall):
-            return tool_replies.anthropic_tool_use(
-                planned, model=model, prompt_tokens=prompt_tokens, stream=stream
-            )
-        return dialects.anthropic_messages(
-            config, model=model, prompt_tokens=prompt_tokens, limit=limit, stream=stream
-        )
     options = request.get("stream_options")
     include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
     if isinstance(planned, tools.ToolCall):
-        return tool_replies.openai_tool_call(
+        reply = tool_replies.openai_tool_call(
             planned,
             model=model,
             prompt_tokens=prompt_tokens,
             stream=stream,
             include_usage=include_usage,
         )
-    return dialects.openai_chat(
-        config,
-        model=model,
-        prompt_tokens=prompt_tokens,
-        limit=limit,
-        stream=stream,
-        include_usage=include_usage,
-    )
+    else:
+        reply = dialects.openai_chat(
+            config,
+            model=model,
+            prompt_tokens=prompt_tokens,
+            limit=limit,
+            stream=stream,
+            include_usage=include_usage,
+        )
+    return thinking.with_reasoning_content(reply) if reasons else reply
+
+
+def _anthropic(
+    config: FakeConfig,
+    request: dict[str, Any],
+    prompt_tokens: int,
+    limit: int | None,
+    stream: bool,
+    described: str | None,
+) -> Reply:
+    model = request["model"]
+    system = request.get("system")
+    if isinstance(system, str):
+        prompt_tokens += len(system.split())
+    thought = anthropic_thinking.read(request, config)
+    if isinstance(thought, Reply):
+        return thought
+    planned = disobeyed(tools.plan(ANTHROPIC, request, config, described=described), config)
+    if isinstance(planned, Reply):
+        return planned
+    if isinstance(planned, tools.ToolCall):
+        reply = tool_replies.anthropic_tool_use(
+            planned, model=model, prompt_tokens=prompt_tokens, stream=stream
+        )
+    else:
+        if isinstance(planned, str):
+            config = replace(config, text=planned)
+        reply = dialects.anthropic_messages(
+            config, model=model, prompt_tokens=prompt_tokens, limit=limit, stream=stream
+        )
+    if thought is None:
+        return reply
+    return anthropic_thinking.with_thinking(reply, thought, config.signature_key)

@@ -1,6 +1,7 @@
 """The fake provider's reading of a request (chat, Ollama's generate and show, embeddings): the
 400 a real provider answers to a bad one, the answer's token limit, and whether it streams, in
-each dialect's terms."""
+each dialect's terms. Anthropic's top_k, output_config ({"effort": ...}) and context_management
+are checked for their shape and taken, not acted on."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from typing import Any
 
 from devtools.fake_provider import dialects
 from devtools.fake_provider.dialects import ANTHROPIC, OLLAMA, OPENAI, Reply
+
+# The Messages API's output_config.effort.
+ANTHROPIC_EFFORTS = ("low", "medium", "high", "xhigh", "max")
 
 
 def parse_chat(dialect: str, body: bytes) -> dict[str, Any] | Reply:
@@ -40,7 +44,29 @@ def parse_chat(dialect: str, body: bytes) -> dict[str, Any] | Reply:
             return dialects.error(
                 dialect, "bad_request", message="max_tokens: Field required", param="max_tokens"
             )
+        refused = _anthropic_options(request)
+        if refused is not None:
+            return dialects.error(dialect, "bad_request", message=refused)
     return request
+
+
+def _anthropic_options(request: dict[str, Any]) -> str | None:
+    """What Anthropic says of a malformed top_k, output_config (its effort) or
+    context_management: taken, not acted on (`thinking` is `anthropic_thinking`'s)."""
+    top_k = request.get("top_k")
+    if top_k is not None:
+        if isinstance(top_k, bool) or not isinstance(top_k, int):
+            return "top_k: Input should be a valid integer"
+        if top_k < 0:
+            return "top_k: Input should be greater than or equal to 0"
+    for name in ("output_config", "context_management"):
+        value = request.get(name)
+        if value is not None and not isinstance(value, dict):
+            return f"{name}: Input should be a valid dictionary or object to extract fields from"
+    effort = (request.get("output_config") or {}).get("effort")
+    if effort is not None and effort not in ANTHROPIC_EFFORTS:
+        return "output_config.effort: Input should be 'low', 'medium', 'high', 'xhigh' or 'max'"
+    return None
 
 
 def parse_request(dialect: str, endpoint: str, body: bytes) -> dict[str, Any] | Reply:

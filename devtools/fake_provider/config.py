@@ -30,11 +30,37 @@ The fault modes (`mode`), played on the chat endpoints, or on every endpoint whe
 The chat endpoints are Ollama's /api/chat and /api/generate, OpenAI's /v1/chat/completions,
 Anthropic's /v1/messages, and the embeddings (/api/embed, /v1/embeddings).
 
-What the models can do (`tools`, `ollama_extra`, `embeddings`):
+What the models can do (`tools`, `ollama_extra`, `thinking`, `anthropic_thinking`, `images`,
+`embeddings`):
 
 - tool_arguments: the arguments of every tool call the fake answers (a JSON object); None: a
   minimal instance of the tool's schema.
-- thinking_models: the models that think (Ollama's `thinking`, by default unless think false).
+- tool_name: the tool the fake's one call goes to when the request offers a tool of that name
+  (Claude Code's "Read", Codex's "shell"), whether the tool choice is absent, "auto",
+  "required", "any" or OpenAI's allowed_tools listing it. A tool choice that forces one named
+  tool still gets that tool (as a real model must), "none" still gets no call, and a request
+  that doesn't offer tool_name gets today's rule: the choice's tool, else the first tool.
+  None (the default): that rule always.
+- thinking_models: the models that think on Ollama (`thinking`, by default unless think false)
+  and on OpenAI's chat completions when the request sets `reasoning_effort` (other than
+  "none"): the message carries `reasoning_content`, streamed as `delta.reasoning_content`
+  before the content, as DeepSeek's and vLLM's OpenAI-compatible servers do. Anthropic's
+  Messages API thinks for any model the request asks to (`thinking` enabled or adaptive): a
+  `thinking` block with a signature first (`anthropic_thinking`). The thought is always
+  THINKING_TEXT (`thinking`). What thinking a request carried back is
+  `FakeProvider.thinking_received(path)`.
+- signature_key: the key of the HMAC that signs the Anthropic thinking blocks the fake makes
+  and checks the ones a request carries back; two fakes with different keys refuse each
+  other's thinking, as two providers of the Anthropic dialect do (`thinking.sign`).
+- vision_models: the chat models that take images (Anthropic's `image` blocks, OpenAI's
+  `image_url` parts, Ollama's `images`); None (the default): every chat model. Another model
+  answers an image with its provider's own 400 (`images`).
+- describe_images: true (the default): a chat request carrying images (anywhere in its
+  messages, tool results included) is answered, in place of the configured text and of a tool
+  result's echo, with one line per image in the order they come: "image <n>: <byte count>
+  bytes sha256 <hex digest>" over the decoded bytes, or "image <n>: url <url>" for an http(s)
+  URL taken as given. A tool call (tools offered, no tool result last) and JSON output stay
+  what they were. false: images change no answer (they are still checked).
 - tool_models: the models that take tools on Ollama; None: every chat model.
 - embedding_models: the models that embed (no other model does).
 - context_length: what /api/show reports, and the limit /api/embed's truncate false enforces.
@@ -83,6 +109,7 @@ DISOBEY = ("", "text", "unknown_tool", "off_schema")
 CONTENT_ENCODINGS = ("", "gzip", "bad_gzip")
 DEFAULT_MODELS = ("llama3.1:8b", "gpt-4o-mini")
 DEFAULT_TEXT = "This is the fake provider's answer to your question."
+DEFAULT_SIGNATURE_KEY = "fake-provider"
 # The hang mode's cap: a client without a timeout still gets its connection back eventually.
 HANG_CAP_SECONDS = 300.0
 # Bounds of after_chunks and cut_after_bytes: far past any answer the fake gives.
@@ -120,7 +147,11 @@ class FakeConfig:
     api_key: str | None = None
     echo_key: bool = False
     tool_arguments: dict[str, Any] | None = None
+    tool_name: str | None = None
     thinking_models: tuple[str, ...] = ()
+    signature_key: str = DEFAULT_SIGNATURE_KEY
+    vision_models: tuple[str, ...] | None = None
+    describe_images: bool = True
     tool_models: tuple[str, ...] | None = None
     embedding_models: tuple[str, ...] = ()
     context_length: int = DEFAULT_CONTEXT_LENGTH
@@ -144,12 +175,16 @@ class FakeConfig:
         del data["pieces"]
         for name in ("models", "thinking_models", "embedding_models"):
             data[name] = list(getattr(self, name))
-        if self.tool_models is not None:
-            data["tool_models"] = list(self.tool_models)
+        for name in ("tool_models", "vision_models"):
+            if getattr(self, name) is not None:
+                data[name] = list(getattr(self, name))
         return data
 
     def supports_tools(self, model: str) -> bool:
         return self.tool_models is None or model in self.tool_models
+
+    def supports_vision(self, model: str) -> bool:
+        return self.vision_models is None or model in self.vision_models
 
     def updated(self, changes: Mapping[str, Any]) -> FakeConfig:
         """A copy with `changes` applied; raises ConfigError naming the first bad field."""
@@ -209,6 +244,12 @@ def _optional_string(name: str, value: Any) -> str | None:
     return value
 
 
+def _non_empty_string(name: str, value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(name, "must be a non-empty string")
+    return value
+
+
 def _header_value(name: str, value: Any) -> str | None:
     if value is not None and (
         not isinstance(value, str) or not value or not value.isascii() or not value.isprintable()
@@ -261,7 +302,11 @@ _VALIDATORS = {
     "api_key": _optional_string,
     "echo_key": _flag,
     "tool_arguments": _optional_object,
+    "tool_name": _optional_string,
     "thinking_models": _model_names,
+    "signature_key": _non_empty_string,
+    "vision_models": _optional_model_names,
+    "describe_images": _flag,
     "tool_models": _optional_model_names,
     "embedding_models": _model_names,
     "context_length": _int_between(1, 10_000_000),

@@ -128,6 +128,16 @@ def ollama_chat(
     return Reply(200, NDJSON, lines, stream=True)
 
 
+def ollama_unmarshal_error(value: Any, field: str, go_type: str) -> Reply:
+    """Ollama's 400 for a message field of the wrong type: Go's JSON decoding error."""
+    kind = {bool: "bool", dict: "object", list: "array", str: "string"}.get(type(value), "number")
+    message = (
+        f"json: cannot unmarshal {kind} into Go struct field Message.messages.{field} of type "
+        f"{go_type}"
+    )
+    return json_reply(400, {"error": message})
+
+
 def _ollama_model(name: str) -> dict[str, Any]:
     family = re.match(r"[a-z]*", name.lower())
     size = re.search(r":(\d+(?:\.\d+)?)b", name.lower())

@@ -2,10 +2,12 @@
 and /api/generate.
 
 A model in the config's `thinking_models` thinks unless the request says `think: false` (Ollama
-thinks by default for the models that can): its answer carries `thinking` ("Let me think about
-this."), streamed as thinking chunks with empty content before the content chunks. `think`
-true (or a level) to any other model is a 400, and so are tools to a model not in `tool_models`
-(when that is set), in Ollama's own words.
+thinks by default for the models that can): its answer carries `thinking` (THINKING_TEXT),
+streamed as thinking chunks with empty content before the content chunks. `think` is true,
+false or a level ("low", "medium", "high", "max", as the reference says); true or a level to any
+other model is a 400, and so are tools to a model not in `tool_models` (when that is set), in
+Ollama's own words. A message may carry back its `thinking` (a string, as Ollama's Go struct
+takes it) and `images` (`images`).
 
 A prompt longer than `context_length` words is answered anyway: Ollama truncates the prompt to
 its context window silently, keeping the end (only /api/embed with truncate false refuses).
@@ -22,8 +24,8 @@ from devtools.fake_provider.chat_request import chat_limit, wants_stream
 from devtools.fake_provider.config import FakeConfig
 from devtools.fake_provider.dialects import NDJSON, OLLAMA, Reply, dumps, json_reply
 from devtools.fake_provider.disobey import disobeyed
+from devtools.fake_provider.thinking import THINKING_TEXT, pieces
 
-THINKING_TEXT = "Let me think about this."
 _THINK_LEVELS = ("low", "medium", "high", "max")
 
 
@@ -49,7 +51,7 @@ def with_thinking(reply: Reply, *, key: str | None = "message") -> Reply:
         return json_reply(reply.status, body, reply.headers)
     first = json.loads(reply.chunks[0])
     chunks = []
-    for piece in FakeConfig(text=THINKING_TEXT).pieces:
+    for piece in pieces():
         line: dict[str, Any] = {"model": first["model"], "created_at": first["created_at"]}
         if key:
             line[key] = {"role": "assistant", "content": "", "thinking": piece}
@@ -67,8 +69,13 @@ def chat(
     prompt_tokens: int,
     limit: int | None,
     stream: bool,
+    described: str | None = None,
 ) -> Reply:
     model = request["model"]
+    for message in request["messages"]:
+        carried = message.get("thinking") if isinstance(message, dict) else None
+        if carried is not None and not isinstance(carried, str):
+            return dialects.ollama_unmarshal_error(carried, "thinking", "string")
     if request.get("tools") and not config.supports_tools(model):
         return json_reply(
             400, {"error": f"registry.ollama.ai/library/{model} does not support tools"}
@@ -76,7 +83,7 @@ def chat(
     thinking = thinks(config, request)
     if isinstance(thinking, Reply):
         return thinking
-    planned = disobeyed(tools.plan(OLLAMA, request, config), config)
+    planned = disobeyed(tools.plan(OLLAMA, request, config, described=described), config)
     if isinstance(planned, Reply):
         return planned
     if isinstance(planned, tools.ToolCall):
@@ -157,6 +164,8 @@ def show(config: FakeConfig, request: dict[str, Any]) -> Reply:
         capabilities = ["completion"]
         if config.supports_tools(name):
             capabilities.append("tools")
+        if config.supports_vision(name):
+            capabilities.append("vision")
         if name in config.thinking_models:
             capabilities.append("thinking")
     template = "{{ if .System }}{{ .System }}\n{{ end }}{{ .Prompt }}"

@@ -16,8 +16,10 @@ from typing import Any, Self
 
 import uvicorn
 
+from devtools.fake_provider import thinking
 from devtools.fake_provider.app import FakeProviderApp
 from devtools.fake_provider.config import DEFAULT_MODELS, FakeConfig, FakeState
+from devtools.fake_provider.thinking import ReceivedThinking
 
 _TIMEOUT = 10.0
 
@@ -245,6 +247,16 @@ class FakeProvider(LoopbackServer):
         """What the last call to `path` carried: {"body": its decoded JSON, "headers": {lower-case
         name: value}}; None when it has not been called since the last `reset`."""
         return self.state.last_request(path)
+
+    def thinking_received(self, path: str) -> tuple[ReceivedThinking, ...]:
+        """The thinking the last call to `path` carried back in its messages (Anthropic's
+        thinking blocks, each saying whether this fake signed it; Ollama's `thinking`;
+        OpenAI-compatible `reasoning_content`), in order; () when it carried none or there was
+        no call."""
+        last = self.state.last_request(path)
+        if last is None:
+            return ()
+        return thinking.received(last["body"], self.state.config.signature_key)
 
     def reset(self) -> None:
         self.state.reset()

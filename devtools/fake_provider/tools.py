@@ -3,10 +3,12 @@ chat request: what to answer instead of the configured text, or the 400 a real p
 
 The answer is deterministic. A conversation that ends with a tool's result is answered with the
 text "The tool said: <result>". Otherwise, with tools and a tool choice other than "none", it is
-ONE call to the tool the choice names (else the first tool), whose arguments are the config's
-`tool_arguments` when set, else a minimal instance of the tool's schema. Otherwise a
-structured-output request (OpenAI's `response_format`, Ollama's `format`) is answered with JSON
-text: {"answer": <the configured text>} for plain JSON mode, a minimal instance for a schema.
+ONE call to the tool a forcing choice names, else to the config's `tool_name` when offered, else
+to the first tool (`choose`), whose arguments are the config's `tool_arguments` when set, else a
+minimal instance of the tool's schema. Otherwise a structured-output request (OpenAI's
+`response_format`, Ollama's `format`) is answered with JSON text: {"answer": <the configured
+text>} for plain JSON mode, a minimal instance for a schema. A request's images, `described`
+(`images.describe`), take the place of the tool result's echo and of the configured text.
 
 Ollama's `format` holds the answer to JSON as the real server's grammar does, after a tool's
 result too when no tools are offered; a schema there gets `tool_arguments` when they have its
@@ -44,12 +46,23 @@ class ToolCall:
 Plan = ToolCall | str | Reply | None
 
 
-def plan(dialect: str, request: dict[str, Any], config: FakeConfig) -> Plan:
+def plan(
+    dialect: str, request: dict[str, Any], config: FakeConfig, *, described: str | None = None
+) -> Plan:
+    """The answer to a chat request; `described`: its images' description, when answered."""
     if dialect == OLLAMA:
-        return _ollama(request, config)
+        return _ollama(request, config, described)
     if dialect == ANTHROPIC:
-        return _anthropic(request, config)
-    return _openai(request, config)
+        return _anthropic(request, config, described)
+    return _openai(request, config, described)
+
+
+def choose(names: list[str], config: FakeConfig, forced: str | None = None) -> str:
+    """The tool the one call goes to: the one a tool choice forces, else `tool_name` when it is
+    offered, else the first."""
+    if forced:
+        return forced
+    return config.tool_name if config.tool_name in names else names[0]
 
 
 def _bad(dialect: str, message: str, param: str | None = None) -> Reply:
@@ -101,7 +114,7 @@ def schema_text(schema: Any) -> str:
 # OpenAI ------------------------------------------------------------------------------------
 
 
-def _openai(request: dict[str, Any], config: FakeConfig) -> Plan:
+def _openai(request: dict[str, Any], config: FakeConfig, described: str | None) -> Plan:
     tools = request.get("tools")
     choice = request.get("tool_choice")
     names: list[str] = []
@@ -131,7 +144,7 @@ def _openai(request: dict[str, Any], config: FakeConfig) -> Plan:
                 return _bad(OPENAI, f"Missing required parameter: '{param}'.", param)
             names.append(name)
             schemas.setdefault(name, function.get("parameters"))
-    wanted = _openai_choice(choice, names)
+    wanted = _openai_choice(choice, names, config)
     if isinstance(wanted, Reply):
         return wanted
     structured = _openai_format(request.get("response_format"), config)
@@ -143,15 +156,15 @@ def _openai(request: dict[str, Any], config: FakeConfig) -> Plan:
         return bad
     trailing = _trailing_tool_messages(messages)
     if trailing:
-        return _told([_text_of(message.get("content")) for message in trailing])
+        return described or _told([_text_of(message.get("content")) for message in trailing])
     if names and wanted != "":
-        name = wanted or names[0]
+        name = choose(names, config, wanted)
         return ToolCall(name, _arguments(config, schemas.get(name)))
-    return structured
+    return described if structured is None else structured
 
 
-def _openai_choice(choice: Any, names: list[str]) -> str | None | Reply:
-    """The tool the choice names, None for "the first tool", "" for none, or the 400."""
+def _openai_choice(choice: Any, names: list[str], config: FakeConfig) -> str | None | Reply:
+    """The tool the choice forces, None for any tool, "" for none, or the 400."""
     if choice is None:
         return None
     if not names:
@@ -179,12 +192,13 @@ def _openai_choice(choice: Any, names: list[str]) -> str | None | Reply:
     if isinstance(choice, dict) and choice.get("type") == "allowed_tools":
         allowed = choice.get("allowed_tools")
         listed = allowed.get("tools") if isinstance(allowed, dict) else None
+        usable = []
         for tool in listed if isinstance(listed, list) else []:
             function = tool.get("function") if isinstance(tool, dict) else None
             name = function.get("name") if isinstance(function, dict) else None
             if name in names:
-                return str(name)
-        return None
+                usable.append(str(name))
+        return choose(usable, config) if usable else None
     return _bad(
         OPENAI,
         "Invalid value for 'tool_choice': expected 'none', 'auto', 'required' or a named tool.",
@@ -254,7 +268,7 @@ def _openai_format(response_format: Any, config: FakeConfig) -> Plan:
 # Anthropic ---------------------------------------------------------------------------------
 
 
-def _anthropic(request: dict[str, Any], config: FakeConfig) -> Plan:
+def _anthropic(request: dict[str, Any], config: FakeConfig, described: str | None) -> Plan:
     tools = request.get("tools")
     names: list[str] = []
     schemas: dict[str, Any] = {}
@@ -284,11 +298,11 @@ def _anthropic(request: dict[str, Any], config: FakeConfig) -> Plan:
         return bad
     results = _anthropic_trailing_results(messages)
     if results:
-        return _told(results)
+        return described or _told(results)
     if names and kind != "none":
-        name = wanted or names[0]
+        name = choose(names, config, wanted)
         return ToolCall(name, _arguments(config, schemas.get(name)))
-    return None
+    return described
 
 
 def _blocks(message: Any) -> list[dict[str, Any]]:
@@ -329,7 +343,7 @@ def _anthropic_trailing_results(messages: list[Any]) -> list[str]:
 # Ollama ------------------------------------------------------------------------------------
 
 
-def _ollama(request: dict[str, Any], config: FakeConfig) -> Plan:
+def _ollama(request: dict[str, Any], config: FakeConfig, described: str | None) -> Plan:
     tools = request.get("tools")
     names: list[str] = []
     schemas: dict[str, Any] = {}
@@ -349,10 +363,11 @@ def _ollama(request: dict[str, Any], config: FakeConfig) -> Plan:
     held = ollama_format(request.get("format"), config)
     trailing = _trailing_tool_messages(request["messages"])
     if trailing and (held is None or names):  # else format holds the answer to a result too
-        return _told([_text_of(message.get("content")) for message in trailing])
+        return described or _told([_text_of(message.get("content")) for message in trailing])
     if names:
-        return ToolCall(names[0], _arguments(config, schemas.get(names[0])))
-    return held
+        name = choose(names, config)
+        return ToolCall(name, _arguments(config, schemas.get(name)))
+    return described if held is None else held
 
 
 def ollama_format(form: Any, config: FakeConfig) -> Plan:

@@ -31,6 +31,7 @@ def server():
         models=[LLAMA, QWEN, GPT],
         thinking_models=[QWEN],
         tool_models=[QWEN, GPT],
+        vision_models=[QWEN],
         embedding_models=[EMBED],
         context_length=4096,
     ) as fake:
@@ -60,7 +61,7 @@ class TestShow:
         assert {"modelfile", "parameters", "template", "details", "model_info"} <= set(body)
         assert body["model_info"]["general.architecture"] == "qwen"
         assert body["model_info"]["qwen.context_length"] == 4096
-        assert body["capabilities"] == ["completion", "tools", "thinking"]
+        assert body["capabilities"] == ["completion", "tools", "vision", "thinking"]
         assert body["details"]["format"] == "gguf"
 
     def test_capabilities_follow_the_models_kind(self, client):

@@ -488,3 +488,121 @@ def test_plain_answers_are_unchanged_without_tools_or_format(client):
     body = {"model": GPT, "messages": ASK}
     message = client.post("/v1/chat/completions", json=body).json()["choices"][0]["message"]
     assert message == {"role": "assistant", "content": DEFAULT_TEXT, "refusal": None}
+
+
+# What Claude Code and Codex offer: many tools, the one a test wants among them.
+CLAUDE_CODE_TOOLS = [
+    "Task", "Bash", "Glob", "Grep", "LS", "ExitPlanMode", "Read", "Edit", "MultiEdit", "Write",
+    "NotebookEdit", "WebFetch", "TodoWrite", "WebSearch", "BashOutput", "KillShell",
+    "SlashCommand", "AskUserQuestion", "Skill", "ListMcpResources", "ReadMcpResource",
+]  # fmt: skip
+READ_SCHEMA = {
+    "type": "object",
+    "properties": {"file_path": {"type": "string"}, "limit": {"type": "integer"}},
+    "required": ["file_path"],
+}
+
+
+def _anthropic_tool(name: str) -> dict[str, Any]:
+    schema = READ_SCHEMA if name == "Read" else {"type": "object"}
+    return {"name": name, "description": name, "input_schema": schema}
+
+
+def _openai_tool(name: str) -> dict[str, Any]:
+    schema = READ_SCHEMA if name == "Read" else {"type": "object"}
+    return {"type": "function", "function": {"name": name, "parameters": schema}}
+
+
+class TestToolName:
+    def test_anthropic_calls_the_named_tool_among_twenty_whatever_the_open_choice(
+        self, fake, claude
+    ):
+        fake.set_fault(tool_name="Read")
+        tools = [_anthropic_tool(name) for name in CLAUDE_CODE_TOOLS]
+        for choice in (None, {"type": "auto"}, {"type": "any"}):
+            extra = {"tool_choice": choice} if choice else {}
+            message = claude.messages.create(
+                model=CLAUDE, max_tokens=100, messages=ASK, tools=tools, **extra
+            )
+            (block,) = message.content
+            assert (block.name, block.input) == ("Read", {"file_path": "example"})
+        with claude.messages.stream(
+            model=CLAUDE, max_tokens=100, messages=ASK, tools=tools
+        ) as stream:
+            assert stream.get_final_message().content[0].name == "Read"
+
+    def test_a_tool_choice_forcing_another_tool_still_gets_that_tool(self, fake, claude, oai):
+        fake.set_fault(tool_name="Read")
+        tools = [_anthropic_tool(name) for name in CLAUDE_CODE_TOOLS]
+        message = claude.messages.create(
+            model=CLAUDE,
+            max_tokens=100,
+            messages=ASK,
+            tools=tools,
+            tool_choice={"type": "tool", "name": "Bash"},
+        )
+        assert message.content[0].name == "Bash"
+        none = claude.messages.create(
+            model=CLAUDE, max_tokens=100, messages=ASK, tools=tools, tool_choice={"type": "none"}
+        )
+        assert none.content[0].text == DEFAULT_TEXT
+        forced = {"type": "function", "function": {"name": "Grep"}}
+        completion = oai.chat.completions.create(
+            model=GPT,
+            messages=ASK,
+            tools=[_openai_tool(name) for name in CLAUDE_CODE_TOOLS],
+            tool_choice=forced,
+        )
+        assert completion.choices[0].message.tool_calls[0].function.name == "Grep"
+
+    def test_openai_calls_the_named_tool_whole_and_streamed(self, fake, client, oai):
+        fake.set_fault(tool_name="shell")
+        tools = [_openai_tool(name) for name in ("apply_patch", "update_plan", "shell")]
+        for choice in (None, "auto", "required"):
+            extra = {"tool_choice": choice} if choice else {}
+            completion = oai.chat.completions.create(model=GPT, messages=ASK, tools=tools, **extra)
+            assert completion.choices[0].message.tool_calls[0].function.name == "shell"
+        body = {"model": GPT, "messages": ASK, "tools": tools, "stream": True}
+        chunks = sse_data(client.post("/v1/chat/completions", json=body))
+        assert chunks[0]["choices"][0]["delta"]["tool_calls"][0]["function"]["name"] == "shell"
+
+    def test_openai_allowed_tools_get_the_named_tool_when_it_is_allowed(self, fake, client):
+        fake.set_fault(tool_name="get_time")
+        tools = [*OPENAI_TOOLS, _openai_tool("Read")]
+
+        def called(allowed: list[str]) -> str:
+            choice = {
+                "type": "allowed_tools",
+                "allowed_tools": {
+                    "mode": "auto",
+                    "tools": [{"type": "function", "function": {"name": n}} for n in allowed],
+                },
+            }
+            body = {"model": GPT, "messages": ASK, "tools": tools, "tool_choice": choice}
+            message = client.post("/v1/chat/completions", json=body).json()
+            return message["choices"][0]["message"]["tool_calls"][0]["function"]["name"]
+
+        assert called(["Read", "get_time"]) == "get_time"
+        assert called(["Read", "get_weather"]) == "Read"
+
+    def test_ollama_calls_the_named_tool(self, fake, client):
+        fake.set_fault(tool_name="Read")
+        tools = [_openai_tool(name) for name in CLAUDE_CODE_TOOLS]
+        body = {"model": LLAMA, "messages": ASK, "tools": tools, "stream": False}
+        call = client.post("/api/chat", json=body).json()["message"]["tool_calls"][0]
+        assert call["function"] == {"name": "Read", "arguments": {"file_path": "example"}}
+
+    def test_a_name_no_tool_has_leaves_todays_rule_the_first_tool(self, fake, oai, claude):
+        fake.set_fault(tool_name="Read")
+        completion = oai.chat.completions.create(model=GPT, messages=ASK, tools=OPENAI_TOOLS)
+        assert completion.choices[0].message.tool_calls[0].function.name == "get_weather"
+        message = claude.messages.create(
+            model=CLAUDE, max_tokens=100, messages=ASK, tools=ANTHROPIC_TOOLS
+        )
+        assert message.content[0].name == "get_weather"
+
+    def test_tool_name_is_checked_like_the_other_fields(self, fake, client):
+        response = client.post("/_control/fault", json={"tool_name": ""})
+        assert (response.status_code, response.json()["field"]) == (400, "tool_name")
+        assert fake.set_fault(tool_name="Read")["tool_name"] == "Read"
+        assert fake.set_fault(tool_name=None)["tool_name"] is None
