@@ -58,6 +58,8 @@ class ProviderAdmin(AuditedModelAdmin):
             {
                 "fields": (
                     "supports_tools",
+                    "supports_thinking",
+                    "supports_images",
                     "supports_json_output",
                     "token_limit_field",
                     "api_version",

@@ -9,10 +9,12 @@ from gateway.adapters import params, tools
 from gateway.adapters.base import ProviderAdapter
 from gateway.adapters.errors import ErrorClass
 from gateway.adapters.messages import (
+    EFFORT_BUDGETS,
     Completion,
     CompletionRequest,
     HealthResult,
     Piece,
+    Reasoning,
     ToolCall,
     ToolCallDelta,
     token_count,
@@ -22,6 +24,10 @@ from gateway.adapters.stream import CompletionStream
 API_VERSION = "2023-06-01"
 # The Messages API requires max_tokens; a request that names none gets this many.
 DEFAULT_MAX_TOKENS = 1024
+# Extended thinking's smallest budget; a budget must also stay below max_tokens.
+MIN_THINKING_BUDGET = 1024
+# What extended thinking leaves no room for: Anthropic refuses each beside it.
+NOT_WITH_THINKING = ("temperature", "top_p", "top_k")
 # Error events inside a stream, by their type: the same classes their HTTP statuses get.
 _STREAM_ERRORS = {
     "overloaded_error": ErrorClass.RATE_LIMITED,
@@ -40,19 +46,60 @@ class AnthropicAdapter(ProviderAdapter):
             headers["x-api-key"] = self.config.api_key
         return headers
 
+    def thinking_field(self, request: CompletionRequest) -> dict[str, Any] | None:
+        """The request's thinking in the Messages API's words, or None when it sends none:
+        adaptive as it is, else enabled with a budget (the caller's, or its effort's) below
+        max_tokens. Thinking that can't fit (max_tokens at most 1024), or that would follow a
+        tool call this provider made no thinking for (Anthropic wants the turn's thinking back
+        then), is dropped."""
+        thinking = self.thinking(request)
+        if thinking is None or not thinking.on:
+            return None
+        if _last_call_unthought(request):
+            return None
+        if thinking.adaptive:
+            return {"type": "adaptive"}
+        limit = (request.max_tokens or DEFAULT_MAX_TOKENS) - 1
+        budget = min(thinking.budget or EFFORT_BUDGETS[thinking.level], limit)
+        if budget < MIN_THINKING_BUDGET:
+            return None
+        return {"type": "enabled", "budget_tokens": budget}
+
+    def dropped(self, request: CompletionRequest) -> tuple[str, ...]:
+        names = list(super().dropped(request))
+        thinking = request.thinking
+        if thinking is not None and thinking.on and self.thinking_field(request) is None:
+            names.append("thinking")
+        if self.thinking_field(request) is not None:
+            names += [
+                name
+                for name in NOT_WITH_THINKING
+                if getattr(request, name, None) is not None or request.option(name) is not None
+            ]
+        if request.option("output_config") is not None and not self.config.thinks:
+            names.append("output_config")
+        return tuple(dict.fromkeys(names))
+
+    def own_signature(self) -> str:
+        return ""  # Anthropic signs its own thinking
+
     def payload(self, request: CompletionRequest) -> dict[str, Any]:
-        # The system prompt is a top-level field here, not a message.
+        # The system prompt is a top-level field here, not a message; a system message
+        # elsewhere in the conversation joins it, in order.
+        keep = self.thoughts_kept(request)
+        messages, inline_system = (
+            tools.anthropic_messages(request.turns, thoughts=keep)
+            if request.turns
+            else tools.anthropic_history(request.messages(with_system=False))
+        )
         payload: dict[str, Any] = {
             "model": request.model or self.config.model,
             "max_tokens": request.max_tokens or DEFAULT_MAX_TOKENS,
-            "messages": (
-                tools.anthropic_messages(request.turns)
-                if request.turns
-                else request.messages(with_system=False)
-            ),
+            "messages": messages,
         }
-        if request.system_prompt:
-            payload["system"] = request.system_prompt
+        system = "\n\n".join(filter(None, (request.system_prompt, *inline_system)))
+        if system:
+            payload["system"] = system
         if request.temperature is not None:
             payload["temperature"] = min(request.temperature, 1.0)  # Anthropic's range is 0–1
         if request.top_p is not None:
@@ -61,11 +108,25 @@ class AnthropicAdapter(ProviderAdapter):
             payload["stop_sequences"] = list(request.stop)
         tools.add_anthropic(payload, request)
         params.apply(payload, request.options, self.kind)
+        thinking = self.thinking_field(request)
+        if thinking is not None:
+            payload["thinking"] = thinking
+            for name in NOT_WITH_THINKING:
+                payload.pop(name, None)
+            if payload.get("tool_choice", {}).get("type") in ("any", "tool"):
+                # Thinking takes only auto or none: a forced call is left to the model.
+                payload["tool_choice"] = {"type": "auto"}
+        if not self.config.thinks:
+            payload.pop("output_config", None)
         return payload
 
     async def complete(self, request: CompletionRequest, *, timeout: float) -> Completion:
         body, latency_ms = await self.request_json(
-            "POST", "/v1/messages", payload=self.payload(request), timeout=timeout
+            "POST",
+            "/v1/messages",
+            payload=self.payload(request),
+            timeout=timeout,
+            extra=self.request_headers(request),
         )
         blocks = body.get("content") if isinstance(body, dict) else None
         if not isinstance(blocks, list):
@@ -73,10 +134,15 @@ class AnthropicAdapter(ProviderAdapter):
         json_tool = tools.json_tool_name(request)
         texts: list[str] = []
         calls: list[ToolCall] = []
+        thoughts: list[str] = []
+        signature = ""
         for block in blocks:
             kind = block.get("type") if isinstance(block, dict) else None
             if kind == "text" and isinstance(block.get("text"), str):
                 texts.append(block["text"])
+            elif kind == "thinking" and isinstance(block.get("thinking"), str):
+                thoughts.append(block["thinking"])
+                signature = str(block.get("signature") or "")
             elif kind == "tool_use" and isinstance(block.get("name"), str):
                 arguments = tools.arguments_text(block.get("input"))
                 if json_tool and block["name"] == json_tool:
@@ -97,6 +163,8 @@ class AnthropicAdapter(ProviderAdapter):
             # A forced JSON tool's call is the answer, not a call for the client to make.
             finish_reason="end_turn" if stop_reason == "tool_use" and not calls else stop_reason,
             tool_calls=tuple(calls),
+            reasoning="".join(thoughts),
+            reasoning_signature=signature if thoughts else "",
         )
 
     def stream_request(self, request: CompletionRequest) -> tuple[str, dict[str, Any]]:
@@ -120,6 +188,19 @@ class AnthropicAdapter(ProviderAdapter):
         # The model list names dated versions, not aliases like "-latest": a good answer from
         # it (which also proves the key) is the check, so `model_problem` stays silent.
         return await self.health_levels("/v1/models", timeout=timeout, inference=inference)
+
+
+def _last_call_unthought(request: CompletionRequest) -> bool:
+    """Whether the conversation goes on from an assistant's tool call that carries no thinking
+    of Anthropic's: with thinking on, Anthropic wants that turn's thinking given back."""
+    for turn in reversed(request.turns):
+        if turn.role == "assistant":
+            return bool(turn.tool_calls) and not any(
+                thought.dialect == "anthropic" for thought in turn.thoughts
+            )
+        if turn.role == "user":
+            return False
+    return False
 
 
 def _index(event: dict[str, Any]) -> int:
@@ -150,6 +231,12 @@ class AnthropicStreamDecoder:
             if isinstance(delta, dict) and delta.get("type") == "text_delta":
                 text = delta.get("text")
                 return text if isinstance(text, str) else ""
+            if isinstance(delta, dict) and delta.get("type") == "thinking_delta":
+                thought = delta.get("thinking")
+                return Reasoning(thought) if isinstance(thought, str) and thought else ""
+            if isinstance(delta, dict) and delta.get("type") == "signature_delta":
+                stream.reasoning_signature = str(delta.get("signature") or "")
+                return ""
             if isinstance(delta, dict) and delta.get("type") == "input_json_delta":
                 partial = delta.get("partial_json")
                 partial = partial if isinstance(partial, str) else ""

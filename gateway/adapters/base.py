@@ -26,7 +26,9 @@ from gateway.adapters.messages import (
     HealthLevel,
     HealthResult,
     Reasoning,
+    Thinking,
     prompt_needed,
+    signed_by,
 )
 from gateway.adapters.stream import CompletionStream, StreamDecoder
 from gateway.adapters.transport import Fetch, OpenStream
@@ -103,6 +105,43 @@ class ProviderAdapter(ABC):
         if request.output is not None and not config.json_output:
             return "response_format", "its settings say it can't give JSON output"
         return params.refusal(request.options, self.dialect)
+
+    def thinking(self, request: CompletionRequest) -> Thinking | None:
+        """The request's thinking as this provider is asked for it: None when the caller said
+        nothing, or when the provider's settings say its model doesn't think (dropped)."""
+        thinking = request.thinking
+        if thinking is None or (thinking.on and not self.config.thinks):
+            return None
+        return thinking
+
+    def thoughts_kept(self, request: CompletionRequest) -> bool:
+        """Whether the conversation's earlier thinking goes to this provider: only thinking
+        its own dialect wrote, and only to a provider whose model thinks."""
+        return self.config.thinks
+
+    def dropped(self, request: CompletionRequest) -> tuple[str, ...]:
+        """The request's fields this provider's call leaves out (it has no place for them), in
+        the request's words: what the answer's X-Failover-Dropped header and the ledger name."""
+        names = list(params.dropped(request.options, self.dialect))
+        thinking = request.thinking
+        if thinking is not None and thinking.on and self.thinking(request) is None:
+            names.append("thinking")
+        thoughts = [thought for turn in request.turns for thought in turn.thoughts]
+        if thoughts and (
+            not self.thoughts_kept(request)
+            or any(thought.dialect != self.dialect for thought in thoughts)
+        ):
+            names.append("thinking history")
+        return tuple(dict.fromkeys(names))
+
+    def own_signature(self) -> str:
+        """What the answer's thinking is signed with, so a conversation brings it back to this
+        dialect only (`messages.Thought`)."""
+        return signed_by(self.dialect)
+
+    def request_headers(self, request: CompletionRequest) -> tuple[tuple[str, str], ...]:
+        """Headers this request's call carries beyond the provider's own."""
+        return params.headers(request.options, self.dialect)
 
     def call_note(self, request: CompletionRequest) -> str:
         """What the ledger says of how this dialect asked for `request`, where it asked in
@@ -188,7 +227,13 @@ class ProviderAdapter(ABC):
         return {}
 
     async def request_json(
-        self, method: str, path: str, *, timeout: float, payload: dict[str, Any] | None = None
+        self,
+        method: str,
+        path: str,
+        *,
+        timeout: float,
+        payload: dict[str, Any] | None = None,
+        extra: tuple[tuple[str, str], ...] = (),
     ) -> tuple[Any, float]:
         """The one HTTP call site: returns (decoded JSON body, latency in ms) or raises a
         classified ProviderError. `timeout` bounds the whole call, connect to last byte."""
@@ -202,7 +247,7 @@ class ProviderAdapter(ABC):
                         method,
                         template.url_text,
                         template.host,
-                        _traced(template.pairs),
+                        _traced(template.pairs, extra),
                         content,
                         timeout,
                     )
@@ -210,7 +255,8 @@ class ProviderAdapter(ABC):
             else:
                 async with asyncio.timeout(timeout):
                     response = await self.client.send(
-                        self._build(method, path, payload, timeout), follow_redirects=False
+                        self._build(method, path, payload, timeout, extra),
+                        follow_redirects=False,
                     )
                 status, headers, body = response.status_code, response.headers, response.content
         latency_ms = (time.perf_counter() - started) * 1000
@@ -258,6 +304,7 @@ class ProviderAdapter(ABC):
         After the first text, `timeout` bounds each wait for the next piece, not the whole
         answer: a long answer that keeps coming is not cut."""
         path, payload = self.stream_request(request)
+        extra = self.request_headers(request)
         loop = asyncio.get_running_loop()
         started = loop.time()
         first_deadline = started + min(timeout, first_token_timeout)
@@ -269,16 +316,17 @@ class ProviderAdapter(ABC):
                         "POST",
                         template.url_text,
                         template.host,
-                        _traced(template.pairs),
+                        _traced(template.pairs, extra),
                         codec.dumps(payload),
                         timeout,
                     )
                 else:
-                    http_request = self._build("POST", path, payload, timeout)
+                    http_request = self._build("POST", path, payload, timeout, extra)
                     response = await self.client.send(
                         http_request, stream=True, follow_redirects=False
                     )
         stream = self.stream_over(request, response, timeout, started)
+        stream.reasoning_signature = self.own_signature()
         try:
             if response.status_code >= 400:
                 with self.failures.classified("no error body in time"):
@@ -303,7 +351,12 @@ class ProviderAdapter(ABC):
         return stream
 
     def _build(
-        self, method: str, path: str, payload: dict[str, Any] | None, timeout: float
+        self,
+        method: str,
+        path: str,
+        payload: dict[str, Any] | None,
+        timeout: float,
+        extra: tuple[tuple[str, str], ...] = (),
     ) -> httpx.Request:
         """The request as `client.build_request` would make it, from a template made once per
         method and path: httpx otherwise re-parses the URL and re-merges the client's headers
@@ -311,9 +364,10 @@ class ProviderAdapter(ABC):
         template = self._template(method, path)
         headers = template.headers
         trace = tracing.upstream_headers()
-        if trace:
+        if trace or extra:
             headers = httpx.Headers(headers)
             headers.update(trace)
+            headers.update(extra)
         return httpx.Request(
             method,
             template.url,
@@ -379,7 +433,12 @@ def _failure(exc: ProviderError) -> str:
     return f"{exc.error_class.value} ({exc.message})" if exc.message else exc.error_class.value
 
 
-def _traced(pairs: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
-    """A request's headers with its trace's (`traceparent`), when the process exports traces."""
+def _traced(
+    pairs: tuple[tuple[str, str], ...], extra: tuple[tuple[str, str], ...] = ()
+) -> tuple[tuple[str, str], ...]:
+    """A request's headers with its trace's (`traceparent`), when the process exports traces,
+    and the request's own (`extra`)."""
     trace = tracing.upstream_headers()
-    return (*pairs, *trace) if trace else pairs
+    if not trace and not extra:
+        return pairs
+    return (*pairs, *trace, *extra)

@@ -42,6 +42,79 @@ class Reasoning:
 # A piece of a streamed answer: its text, a piece of a tool call, or of the model's thinking.
 Piece = str | ToolCallDelta | Reasoning
 
+# The effort words a request's thinking is read into, lowest first (each dialect's own words
+# are mapped onto these: OpenAI's minimal / xhigh, Anthropic's budgets, Ollama's levels).
+EFFORTS = ("minimal", "low", "medium", "high", "max")
+# Thinking budgets, in tokens, that stand for each effort where a dialect takes a budget
+# (Anthropic's budget_tokens), and the efforts a budget stands for where it takes a word.
+EFFORT_BUDGETS = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384, "max": 32000}
+
+
+def effort_of_budget(budget: int) -> str:
+    """The effort word a thinking budget stands for: the highest whose budget it reaches."""
+    return next(
+        (effort for effort in reversed(EFFORTS) if budget >= EFFORT_BUDGETS[effort]), "minimal"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Thinking:
+    """What the caller asked of the model's thinking before its answer, in no dialect's words:
+    on or off, and how much (an effort word of `EFFORTS`, a token budget, or `adaptive`: the
+    model decides). Each adapter asks its API in its own words, and only a provider whose
+    settings say its model thinks is asked; elsewhere the request's thinking is dropped."""
+
+    on: bool
+    effort: str = ""  # "" when the caller named none
+    budget: int | None = None  # tokens, when the caller gave a budget
+    adaptive: bool = False
+
+    @property
+    def level(self) -> str:
+        """The effort asked for, or the one its budget stands for ("medium" when neither)."""
+        if self.effort:
+            return self.effort
+        return effort_of_budget(self.budget) if self.budget is not None else "medium"
+
+
+def thinking_of_effort(effort: str) -> Thinking:
+    """OpenAI's reasoning effort as a request's thinking: "none" is off; "xhigh" is the most,
+    as Anthropic's "max" is."""
+    if effort == "none":
+        return Thinking(on=False)
+    return Thinking(on=True, effort={"xhigh": "max"}.get(effort, effort))
+
+
+# A thinking text's signature, when the gateway wrote it for a provider kind other than
+# Anthropic (whose own signatures are opaque and kept as they came): it names the kind, so
+# the conversation's next request gives that thinking back to the same kind only.
+OWN_SIGNATURE = "failover-thinking:"
+
+
+def signed_by(dialect: str) -> str:
+    """The signature the gateway gives thinking that a provider of `dialect` wrote."""
+    return OWN_SIGNATURE + dialect
+
+
+@dataclass(frozen=True, slots=True)
+class Thought:
+    """An earlier answer's thinking, as a conversation carries it back: its text and who wrote
+    it (`dialect`), with Anthropic's signature (or its redacted data) when Anthropic did. It is
+    given back only to a provider of the dialect that wrote it, never forged for another."""
+
+    text: str
+    dialect: str
+    signature: str = ""
+    redacted: str = ""  # Anthropic's redacted_thinking data
+
+    @classmethod
+    def signed(cls, text: str, signature: str, redacted: str = "") -> Thought:
+        """A thinking block as a client sent it back: the gateway's own signature names the
+        dialect; any other is Anthropic's."""
+        if signature.startswith(OWN_SIGNATURE):
+            return cls(text, signature[len(OWN_SIGNATURE) :])
+        return cls(text, "anthropic", signature, redacted)
+
 
 @dataclass(frozen=True, slots=True)
 class Turn:
@@ -49,11 +122,12 @@ class Turn:
     assistant's tool calls, or a tool's result (`tool_call_id`, the call it answers, and
     `name`, that call's tool)."""
 
-    role: str  # user / assistant / tool
+    role: str  # system / user / assistant / tool
     text: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str = ""
     name: str = ""
+    thoughts: tuple[Thought, ...] = ()  # an assistant's thinking before its text and calls
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +179,7 @@ class CompletionRequest:
     # and the vectors' length when the caller asks for one.
     embed: tuple[str, ...] = ()
     dimensions: int | None = None
+    thinking: Thinking | None = None  # None: the caller said nothing of thinking
 
     @property
     def uses_tools(self) -> bool:
@@ -141,6 +216,8 @@ class CompletionRequest:
 
 
 def _openai_message(turn: Turn) -> dict[str, Any]:
+    if turn.role == "system":
+        return {"role": "system", "content": turn.text}
     if turn.role == "tool":
         return {"role": "tool", "tool_call_id": turn.tool_call_id, "content": turn.text}
     message: dict[str, Any] = {"role": turn.role, "content": turn.text}
@@ -167,6 +244,9 @@ class Completion:
     finish_reason: str = ""  # the provider's own word: stop, length, max_tokens, end_turn …
     tool_calls: tuple[ToolCall, ...] = ()
     reasoning: str = ""  # the model's thinking before its answer, when it gave it
+    # Who wrote the thinking, as a conversation carries it back (`Thought.signed`):
+    # Anthropic's signature, or the gateway's `signed_by` the provider's dialect.
+    reasoning_signature: str = ""
     tokens_estimated: bool = False  # the counts are the gateway's estimate, not the provider's
     embeddings: tuple[tuple[float, ...], ...] = ()  # an embedding request's vectors, in order
     # Of its latency, the time the provider spent loading the model first (Ollama's

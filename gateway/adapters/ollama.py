@@ -45,6 +45,8 @@ from gateway.adapters.stream import CompletionStream
 # the string "-1" or "3600" fails its duration parser ("missing unit"); "30m" stays a string.
 _SECONDS = re.compile(r"-?\d+(\.\d+)?")
 _THINK = {"off": False, "on": True}  # low / medium / high are sent as they are
+# A request's effort in Ollama's levels (low / medium / high).
+OLLAMA_LEVELS = {"minimal": "low", "max": "high"}
 PS_TIMEOUT_S = 1.0  # the health check's look at /api/ps, at most
 
 
@@ -89,13 +91,17 @@ class OllamaAdapter(ProviderAdapter):
             options["stop"] = list(request.stop)
         payload: dict[str, Any] = {
             "model": request.model or config.model,
-            "messages": tools.ollama_messages(request) if request.turns else request.messages(),
+            "messages": (
+                tools.ollama_messages(request, thoughts=self.thoughts_kept(request))
+                if request.turns
+                else request.messages()
+            ),
             "stream": stream,  # Ollama streams unless told otherwise
             "options": options,
             # A thinking model thinks unless told not to; false is taken by every model (only
             # true or a level is refused by one that can't think). The one-token health probe
             # never thinks: its token would be thinking, and the probe would cost a trace.
-            "think": False if request is HEALTH_PROBE else _THINK.get(config.think, config.think),
+            "think": False if request is HEALTH_PROBE else self.think(request),
         }
         if config.keep_alive:
             # The probe too: a call without keep_alive resets the model's stay to Ollama's 5 m.
@@ -103,6 +109,19 @@ class OllamaAdapter(ProviderAdapter):
         tools.add_ollama(payload, request)
         params.apply(payload, request.options, self.kind)
         return payload
+
+    def think(self, request: CompletionRequest) -> bool | str:
+        """Ollama's `think`: the request's thinking where the provider's model thinks (a level
+        where its own setting is a level, so the model takes one), else its own setting."""
+        setting = _THINK.get(self.config.think, self.config.think)
+        thinking = self.thinking(request)
+        if thinking is None:
+            return setting
+        if not thinking.on:
+            return False
+        if isinstance(setting, str) and (thinking.effort or thinking.budget is not None):
+            return OLLAMA_LEVELS.get(thinking.level, thinking.level)
+        return setting if isinstance(setting, str) else True
 
     def cannot(self, request: CompletionRequest) -> tuple[str, str] | None:
         forced = tools.forced_by_format(request)
@@ -163,6 +182,7 @@ class OllamaAdapter(ProviderAdapter):
             finish_reason="tool_calls" if calls else str(body.get("done_reason") or ""),
             tool_calls=calls,
             reasoning=thinking,
+            reasoning_signature=self.own_signature() if thinking else "",
             load_s=load_seconds(body.get("load_duration")),
         )
 
@@ -200,6 +220,7 @@ class OllamaAdapter(ProviderAdapter):
             finish_reason=finish,
             tool_calls=(ToolCall(tools.new_call_id(), tool, arguments),) if arguments else (),
             reasoning=thinking,
+            reasoning_signature=self.own_signature() if thinking else "",
         )
 
     def _status_error(self, status: int, headers: Mapping[str, str], body: bytes) -> ProviderError:

@@ -2,10 +2,13 @@
 dialect does with it: one table, read by the adapters (what to send), by the router (which
 provider can't honour a request) and by the API's documentation.
 
-A parameter is passed (at a path of the upstream's body), refused (a provider of that dialect
-is skipped for the request, and when no provider can take it the caller gets a 400 naming it),
-or not sent for a stated reason (it is about the caller, not the answer, and the dialect has no
-place for it). Nothing is dropped without the table saying so.
+A parameter is passed (at a path of the upstream's body, or as a header), refused (a provider
+of that dialect is skipped for the request, and when no provider can take it the caller gets a
+400 naming it), translated (carried in the request's own terms and asked for in the dialect's
+words: the thinking settings, `gateway.adapters.messages.Thinking`), or not sent for a stated
+reason (the dialect has no place for it, and serving without it gives the caller what it
+relies on). Nothing is dropped without the table saying so, and what a call dropped is named
+to the caller (`dropped`: the answer's X-Failover-Dropped header, the ledger, the trace).
 """
 
 from __future__ import annotations
@@ -23,6 +26,16 @@ class Passed:
 
 
 @dataclass(frozen=True, slots=True)
+class Header:
+    name: str  # sent as this request header, a list joined by commas
+
+
+@dataclass(frozen=True, slots=True)
+class Translated:
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
 class Refused:
     why: str
 
@@ -32,12 +45,19 @@ class NotSent:
     why: str
 
 
-Rule = Passed | Refused | NotSent
+Rule = Passed | Header | Translated | Refused | NotSent
 
 NO_SEED = Refused("Anthropic's Messages API has no sampling seed.")
 NO_PENALTY = Refused("Anthropic's Messages API has no repetition penalties.")
 NO_BIAS = Refused("only OpenAI-compatible APIs take token biases.")
 PLATFORM = NotSent("an OpenAI platform setting (storage, labels, tier), not part of the answer.")
+OPENAI_CACHE = NotSent("a hint for OpenAI's prompt cache; this dialect caches on its own.")
+CALLER_ONLY = NotSent("an id of the end user for OpenAI's abuse monitoring; none is taken here.")
+CODEX_LABELS = NotSent("the client's labels of its own requests, for OpenAI's platform.")
+NO_VERBOSITY = NotSent("only OpenAI's own models take a verbosity; the answer is as long as it is.")
+ANTHROPIC_ONLY = NotSent("an Anthropic API feature; this dialect has no such setting.")
+HOSTED = NotSent("a built-in tool OpenAI runs on its side; no provider here runs it.")
+AS_THINKING = Translated("asked for as the request's thinking, in the dialect's words.")
 
 TABLE: dict[str, dict[str, Rule]] = {
     "seed": {OPENAI: Passed("seed"), OLLAMA: Passed("options.seed"), ANTHROPIC: NO_SEED},
@@ -52,10 +72,40 @@ TABLE: dict[str, dict[str, Rule]] = {
         ANTHROPIC: NO_PENALTY,
     },
     "logit_bias": {OPENAI: Passed("logit_bias"), OLLAMA: NO_BIAS, ANTHROPIC: NO_BIAS},
-    "reasoning_effort": {
-        OPENAI: Passed("reasoning_effort"),
-        OLLAMA: Refused("Ollama's thinking is set on the provider (its think setting)."),
-        ANTHROPIC: Refused("Anthropic's extended thinking takes a token budget, not an effort."),
+    "reasoning_effort": {OPENAI: AS_THINKING, OLLAMA: AS_THINKING, ANTHROPIC: AS_THINKING},
+    "top_k": {
+        OPENAI: NotSent("OpenAI's API has no top_k; its sampling is set by temperature and top_p."),
+        OLLAMA: Passed("options.top_k"),
+        ANTHROPIC: Passed("top_k"),
+    },
+    "prompt_cache_key": {
+        OPENAI: Passed("prompt_cache_key"),
+        OLLAMA: OPENAI_CACHE,
+        ANTHROPIC: OPENAI_CACHE,
+    },
+    "prompt_cache_retention": {
+        OPENAI: Passed("prompt_cache_retention"),
+        OLLAMA: OPENAI_CACHE,
+        ANTHROPIC: OPENAI_CACHE,
+    },
+    "hosted_tools": {OPENAI: HOSTED, OLLAMA: HOSTED, ANTHROPIC: HOSTED},
+    "safety_identifier": {
+        OPENAI: Passed("safety_identifier"),
+        OLLAMA: CALLER_ONLY,
+        ANTHROPIC: CALLER_ONLY,
+    },
+    "client_metadata": {OPENAI: CODEX_LABELS, OLLAMA: CODEX_LABELS, ANTHROPIC: CODEX_LABELS},
+    "verbosity": {OPENAI: Passed("verbosity"), OLLAMA: NO_VERBOSITY, ANTHROPIC: NO_VERBOSITY},
+    "output_config": {OPENAI: AS_THINKING, OLLAMA: AS_THINKING, ANTHROPIC: Passed("output_config")},
+    "context_management": {
+        OPENAI: ANTHROPIC_ONLY,
+        OLLAMA: ANTHROPIC_ONLY,
+        ANTHROPIC: Passed("context_management"),
+    },
+    "anthropic_beta": {
+        OPENAI: ANTHROPIC_ONLY,
+        OLLAMA: ANTHROPIC_ONLY,
+        ANTHROPIC: Header("anthropic-beta"),
     },
     "user": {
         OPENAI: Passed("user"),
@@ -87,6 +137,26 @@ def refusal(options: Iterable[tuple[str, Any]], dialect: str) -> tuple[str, str]
     return None
 
 
+def dropped(options: Iterable[tuple[str, Any]], dialect: str) -> tuple[str, ...]:
+    """The parameters of `options` the dialect has no place for (not sent), in order."""
+    names: list[str] = []
+    for name, value in options:
+        if isinstance(TABLE[name][dialect], NotSent):
+            # Each built-in tool by its type: the client sees which of its tools were left out.
+            names += [f"tools.{kind}" for kind in value] if name == "hosted_tools" else [name]
+    return tuple(names)
+
+
+def headers(options: Iterable[tuple[str, Any]], dialect: str) -> tuple[tuple[str, str], ...]:
+    """The request headers the dialect takes parameters of `options` as."""
+    found = []
+    for name, value in options:
+        rule_ = TABLE[name][dialect]
+        if isinstance(rule_, Header):
+            found.append((rule_.name, ",".join(value) if isinstance(value, tuple) else value))
+    return tuple(found)
+
+
 def apply(payload: dict[str, Any], options: Iterable[tuple[str, Any]], dialect: str) -> None:
     """Write each passed option into `payload` at its dialect's path."""
     for name, value in options:
@@ -114,6 +184,10 @@ def described(name: str) -> str:
     for dialect, found in TABLE[name].items():
         if isinstance(found, Passed):
             parts.append(f"{dialect}: sent as {found.path}")
+        elif isinstance(found, Header):
+            parts.append(f"{dialect}: sent as the {found.name} header")
+        elif isinstance(found, Translated):
+            parts.append(f"{dialect}: translated ({found.why.rstrip('.')})")
         elif isinstance(found, Refused):
             parts.append(f"{dialect}: refused ({found.why.rstrip('.')})")
         else:

@@ -62,6 +62,7 @@ class CompletionStream:
         self.parts: list[str] = []
         self.reasoning: list[str] = []  # the model's thinking, piece by piece
         self.before: list[Reasoning] = []  # thinking that came before the first piece
+        self.reasoning_signature = ""  # who wrote the thinking (`messages.Thought.signed`)
         self.calls: dict[int, list[str]] = {}  # index → [id, name, arguments so far]
         # More pieces of the event just read (a chunk with several tool calls), given next.
         self.queued: deque[Piece] = deque()
@@ -202,5 +203,6 @@ class CompletionStream:
             finish_reason=self.finish_reason,
             tool_calls=self.tool_calls,
             reasoning="".join(self.reasoning),
+            reasoning_signature=self.reasoning_signature if self.reasoning else "",
             tokens_estimated=estimated,
         )

@@ -150,52 +150,93 @@ def add_anthropic(payload: dict[str, Any], request: CompletionRequest) -> None:
         payload["tools"] = tools
 
 
-def anthropic_messages(turns: tuple[Turn, ...]) -> list[dict[str, Any]]:
-    """The turns as Messages API messages: calls as tool_use blocks, consecutive results as
-    tool_result blocks of one user message (the API wants user and assistant to alternate)."""
+def _thought_blocks(turn: Turn) -> list[dict[str, Any]]:
+    """An assistant turn's thinking that Anthropic wrote, as the blocks it signed."""
+    blocks: list[dict[str, Any]] = []
+    for thought in turn.thoughts:
+        if thought.dialect != "anthropic":
+            continue
+        if thought.redacted:
+            blocks.append({"type": "redacted_thinking", "data": thought.redacted})
+        elif thought.signature:
+            blocks.append(
+                {"type": "thinking", "thinking": thought.text, "signature": thought.signature}
+            )
+    return blocks
+
+
+def _appended(messages: list[dict[str, Any]], role: str, blocks: list[dict[str, Any]]) -> None:
+    """`blocks` added to the last message when it is `role`'s (the API wants user and
+    assistant to alternate), else as a message of their own."""
+    last = messages[-1] if messages else None
+    if last is not None and last["role"] == role:
+        if isinstance(last["content"], str):
+            last["content"] = [{"type": "text", "text": last["content"]}]
+        last["content"].extend(blocks)
+    else:
+        messages.append({"role": role, "content": blocks})
+
+
+def anthropic_messages(
+    turns: tuple[Turn, ...], *, thoughts: bool = False
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The turns as Messages API messages (calls as tool_use blocks, consecutive results as
+    tool_result blocks of one user message: the API wants user and assistant to alternate), and
+    the texts of the system turns among them, which join the system prompt in order. With
+    `thoughts`, an assistant turn's thinking that Anthropic wrote goes first in its message."""
     messages: list[dict[str, Any]] = []
+    system: list[str] = []
     for turn in turns:
+        if turn.role == "system":
+            system.append(turn.text)
+            continue
         if turn.role == "tool":
             block = {"type": "tool_result", "tool_use_id": turn.tool_call_id, "content": turn.text}
-            last = messages[-1] if messages else None
-            if last is not None and last["role"] == "user":
-                if isinstance(last["content"], str):
-                    last["content"] = [{"type": "text", "text": last["content"]}]
-                last["content"].append(block)
-            else:
-                messages.append({"role": "user", "content": [block]})
+            _appended(messages, "user", [block])
             continue
-        if turn.role == "assistant" and turn.tool_calls:
-            blocks: list[dict[str, Any]] = (
-                [{"type": "text", "text": turn.text}] if turn.text else []
-            )
-            blocks += [
-                {
-                    "type": "tool_use",
-                    "id": call.id,
-                    "name": call.name,
-                    "input": arguments_object(call.arguments),
-                }
-                for call in turn.tool_calls
-            ]
-            last = messages[-1] if messages else None
-            if last is not None and last["role"] == "assistant":
-                if isinstance(last["content"], str):
-                    last["content"] = [{"type": "text", "text": last["content"]}]
-                last["content"].extend(blocks)
-            else:
-                messages.append({"role": "assistant", "content": blocks})
-            continue
+        blocks: list[dict[str, Any]] = _thought_blocks(turn) if thoughts else []
+        if turn.text:
+            blocks.append({"type": "text", "text": turn.text})
+        blocks += [
+            {
+                "type": "tool_use",
+                "id": call.id,
+                "name": call.name,
+                "input": arguments_object(call.arguments),
+            }
+            for call in turn.tool_calls
+        ]
+        if not blocks:
+            blocks = [{"type": "text", "text": turn.text}]
         last = messages[-1] if messages else None
-        if last is not None and last["role"] == turn.role:
-            # two turns of one role in a row (text after tool results, say): blocks of one
-            # message, since the API wants user and assistant to alternate
-            if isinstance(last["content"], str):
-                last["content"] = [{"type": "text", "text": last["content"]}]
-            last["content"].append({"type": "text", "text": turn.text})
+        if (
+            len(blocks) == 1
+            and blocks[0]["type"] == "text"
+            and (last is None or last["role"] != turn.role)
+        ):
+            messages.append({"role": turn.role, "content": turn.text})
+        else:
+            _appended(messages, turn.role, blocks)
+    return messages, system
+
+
+def anthropic_history(
+    messages: list[dict[str, Any]],
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """A plain conversation (OpenAI's message shape) without its system messages, and their
+    texts, which join the system prompt in order."""
+    system = [m["content"] for m in messages if m["role"] == "system"]
+    if not system:
+        return messages, []
+    kept: list[dict[str, Any]] = []
+    for message in messages:
+        if message["role"] == "system":
             continue
-        messages.append({"role": turn.role, "content": turn.text})
-    return messages
+        if kept and kept[-1]["role"] == message["role"]:
+            kept[-1] = {**kept[-1], "content": f"{kept[-1]['content']}\n\n{message['content']}"}
+        else:
+            kept.append(message)
+    return kept, system
 
 
 # Ollama ------------------------------------------------------------------------------------
@@ -261,21 +302,26 @@ def held_arguments(text: str) -> str | None:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-def ollama_messages(request: CompletionRequest) -> list[dict[str, Any]]:
+def ollama_messages(request: CompletionRequest, *, thoughts: bool = False) -> list[dict[str, Any]]:
+    """The conversation in Ollama's words; with `thoughts`, an assistant turn's thinking that
+    Ollama wrote goes back as its `thinking`."""
     messages: list[dict[str, Any]] = (
         [{"role": "system", "content": request.system_prompt}] if request.system_prompt else []
     )
     for turn in request.turns:
         if turn.role == "tool":
             messages.append({"role": "tool", "tool_name": turn.name, "content": turn.text})
-        elif turn.tool_calls:
-            calls = [
+            continue
+        message: dict[str, Any] = {"role": turn.role, "content": turn.text}
+        if turn.tool_calls:
+            message["tool_calls"] = [
                 {"function": {"name": call.name, "arguments": arguments_object(call.arguments)}}
                 for call in turn.tool_calls
             ]
-            messages.append({"role": "assistant", "content": turn.text, "tool_calls": calls})
-        else:
-            messages.append({"role": turn.role, "content": turn.text})
+        thinking = "".join(t.text for t in turn.thoughts if t.dialect == "ollama")
+        if thoughts and thinking:
+            message["thinking"] = thinking
+        messages.append(message)
     return messages
 
 

@@ -42,6 +42,8 @@ class ProviderConfig:
     think: str = "off"  # Ollama: off / on / low / medium / high
     keep_alive: str = ""  # Ollama: how long the model stays loaded ("": Ollama's default)
     tools: bool = True  # it can call tools (the model and the server both)
+    thinks: bool = False  # its model thinks when a request asks
+    images: bool = False  # its model reads images
     json_output: bool = True  # it can be held to JSON output
     token_limit_field: str = "max_tokens"  # OpenAI-compatible: max_tokens / max_completion_tokens
     api_key: str = field(default="", repr=False)

@@ -31,7 +31,7 @@ def _normalized(text: str) -> str:
 
 # The options that change an answer (the rest are about the caller: user, metadata …).
 ANSWER_OPTIONS = frozenset(
-    ("seed", "presence_penalty", "frequency_penalty", "logit_bias", "reasoning_effort")
+    ("seed", "presence_penalty", "frequency_penalty", "logit_bias", "top_k", "verbosity")
 )
 
 
@@ -54,6 +54,9 @@ def answer_key(request: CompletionRequest, group: tuple[tuple[str, str], ...] = 
     if request.output is not None:  # a JSON answer is an answer to its format only
         output = request.output
         shape["output"] = [output.kind, output.name, output.schema, output.strict]
+    thinking = request.thinking
+    if thinking is not None:  # thinking asked for changes the answer (and off is the default)
+        shape["thinking"] = [thinking.on, thinking.level, thinking.budget, thinking.adaptive]
     if group:
         shape["models"] = [list(entry) for entry in group]
     shaping = [[name, value] for name, value in request.options if name in ANSWER_OPTIONS]

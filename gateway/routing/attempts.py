@@ -354,6 +354,7 @@ async def _settle(
                 AttemptOutcome.OK,
                 latency_ms=round(latency_s * 1000),
                 model=ticket.provider.model,
+                dropped=ticket.adapter.dropped(ticket.request),
             )
             return AttemptResult(attempt, stream=stream, ticket=ticket)
         # Nothing of it is relayed: what it used is counted, and the next provider asked.

@@ -52,6 +52,7 @@ class RouteResult:
     finish_reason: str = "stop"
     tool_calls: tuple[ToolCall, ...] = ()
     reasoning: str = ""
+    reasoning_signature: str = ""  # who wrote the thinking (`messages.Thought.signed`)
     tokens_estimated: bool = False  # a stream whose upstream sent no usage: counted by estimate
     embeddings: tuple[tuple[float, ...], ...] = ()  # an embedding request's vectors
     error: RouteError | None = None
@@ -65,6 +66,14 @@ class RouteResult:
     attempts: list[Attempt] = field(default_factory=list)
     events: list[BreakerEvent] = field(default_factory=list)
     pending: PendingStream | None = None  # the stream's settling, until `finish_stream`
+
+    @property
+    def dropped(self) -> tuple[str, ...]:
+        """The request's fields the answering provider's call left out."""
+        for attempt in reversed(self.attempts):
+            if attempt.provider == self.provider and attempt.outcome == "ok":
+                return attempt.dropped
+        return ()
 
     @property
     def outcome(self) -> str:

@@ -135,6 +135,7 @@ async def settle(
             detail=note,
             model=provider.model,
             cost=cost,
+            dropped=ticket.adapter.dropped(ticket.request),
         )
         return attempt, cost
     attempt = Attempt(
@@ -146,6 +147,7 @@ async def settle(
         detail=error.message[:200],
         model=provider.model,
         cost=cost,
+        dropped=ticket.adapter.dropped(ticket.request),
     )
     return attempt, cost
 

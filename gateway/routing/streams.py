@@ -23,6 +23,7 @@ class StreamEnd:
     text: str
     tool_calls: tuple[ToolCall, ...]
     reasoning: str
+    reasoning_signature: str
     tokens_in: int
     tokens_out: int
     cost: Decimal
@@ -75,6 +76,7 @@ class PendingStream:
             text=completion.text,
             tool_calls=completion.tool_calls,
             reasoning=completion.reasoning,
+            reasoning_signature=completion.reasoning_signature,
             tokens_in=completion.tokens_in,
             tokens_out=completion.tokens_out,
             cost=cost,

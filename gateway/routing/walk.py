@@ -85,6 +85,7 @@ class Attempt:
     detail: str = ""
     model: str = ""  # of an attempt that was made
     cost: Decimal | None = None  # what it used, at the provider's prices (None: made no call)
+    dropped: tuple[str, ...] = ()  # the request's fields its call left out (`adapter.dropped`)
 
     def as_dict(self) -> dict[str, Any]:
         row: dict[str, Any] = {"provider": self.provider, "outcome": self.outcome}
@@ -100,6 +101,8 @@ class Attempt:
             row["detail"] = self.detail
         if self.cost is not None:
             row["cost"] = str(self.cost)
+        if self.dropped:
+            row["dropped"] = list(self.dropped)
         return row
 
 

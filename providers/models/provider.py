@@ -170,6 +170,20 @@ class Provider(models.Model):
         help_text="The model and its server take tools and answer with tool calls. When off, "
         "requests that offer tools (or carry a conversation with tool calls) pass it over.",
     )
+    supports_thinking = models.BooleanField(
+        "thinks when asked",
+        default=False,
+        help_text="The model thinks before it answers when a request asks (Anthropic's "
+        "thinking, OpenAI's reasoning_effort, Ollama's think). When off, a request's thinking "
+        "is dropped for it (named in the answer's X-Failover-Dropped and in the ledger); an "
+        "Ollama provider then thinks as its thinking setting says.",
+    )
+    supports_images = models.BooleanField(
+        "reads images",
+        default=False,
+        help_text="The model takes images in a conversation. When off, requests that carry an "
+        "image pass it over.",
+    )
     supports_json_output = models.BooleanField(
         "can give JSON output",
         default=True,
