@@ -21,7 +21,6 @@ from devtools.fake_provider.config import (
     MODES,
     ConfigError,
     FakeConfig,
-    FakeState,
 )
 from devtools.fake_provider.server import (
     FakeProvider,
@@ -29,6 +28,7 @@ from devtools.fake_provider.server import (
     bind_socket,
     uvicorn_config,
 )
+from devtools.fake_provider.state import FakeState
 
 __all__ = [
     "DEFAULT_MODELS",

@@ -15,6 +15,7 @@ from devtools.fake_provider import (
     embeddings,
     images,
     ollama_extra,
+    text_replies,
     thinking,
     tool_replies,
     tools,
@@ -90,7 +91,7 @@ def chat(dialect: str, config: FakeConfig, request: dict[str, Any]) -> Reply:
             include_usage=include_usage,
         )
     else:
-        reply = dialects.openai_chat(
+        reply = text_replies.openai_chat(
             config,
             model=model,
             prompt_tokens=prompt_tokens,
@@ -126,7 +127,7 @@ def _anthropic(
     else:
         if isinstance(planned, str):
             config = replace(config, text=planned)
-        reply = dialects.anthropic_messages(
+        reply = text_replies.anthropic_messages(
             config, model=model, prompt_tokens=prompt_tokens, limit=limit, stream=stream
         )
     if thought is None:

@@ -37,10 +37,10 @@ from devtools.fake_provider.config import (
     HANG_CAP_SECONDS,
     ConfigError,
     FakeConfig,
-    FakeState,
     refuse_seconds,
 )
 from devtools.fake_provider.dialects import ANTHROPIC, OLLAMA, OPENAI, Reply
+from devtools.fake_provider.state import FakeState
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

@@ -19,7 +19,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from devtools.fake_provider import dialects, tool_replies, tools
+from devtools.fake_provider import dialects, text_replies, tool_replies, tools
 from devtools.fake_provider.chat_request import chat_limit, wants_stream
 from devtools.fake_provider.config import FakeConfig
 from devtools.fake_provider.dialects import NDJSON, OLLAMA, Reply, dumps, json_reply
@@ -90,14 +90,14 @@ def chat(
         reply = tool_replies.ollama_tool_call(
             planned,
             model=model,
-            created_at=dialects._now_rfc3339(),
+            created_at=dialects.now_rfc3339(),
             prompt_tokens=prompt_tokens,
             stream=stream,
         )
     else:
         if isinstance(planned, str):
             config = replace(config, text=planned)
-        reply = dialects.ollama_chat(
+        reply = text_replies.ollama_chat(
             config, model=model, prompt_tokens=prompt_tokens, limit=limit, stream=stream
         )
     return with_thinking(reply) if thinking else reply
@@ -114,7 +114,7 @@ def generate(config: FakeConfig, request: dict[str, Any]) -> Reply:
         reason = "unload" if request.get("keep_alive") in (0, "0", "0s") else "load"
         body = {
             "model": model,
-            "created_at": dialects._now_rfc3339(),
+            "created_at": dialects.now_rfc3339(),
             "response": "",
             "done": True,
             "done_reason": reason,
@@ -131,7 +131,7 @@ def generate(config: FakeConfig, request: dict[str, Any]) -> Reply:
     system = request.get("system") if isinstance(request.get("system"), str) else ""
     words = len(prompt.split()) + len(str(system).split())
     stream = wants_stream(OLLAMA, request)
-    chat_reply = dialects.ollama_chat(
+    chat_reply = text_replies.ollama_chat(
         config, model=model, prompt_tokens=words, limit=chat_limit(OLLAMA, request), stream=stream
     )
     lines = []

@@ -18,7 +18,8 @@ import uvicorn
 
 from devtools.fake_provider import thinking
 from devtools.fake_provider.app import FakeProviderApp
-from devtools.fake_provider.config import DEFAULT_MODELS, FakeConfig, FakeState
+from devtools.fake_provider.config import DEFAULT_MODELS, FakeConfig
+from devtools.fake_provider.state import FakeState
 from devtools.fake_provider.thinking import ReceivedThinking
 
 _TIMEOUT = 10.0
