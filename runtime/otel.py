@@ -231,9 +231,12 @@ class OtelAttempt:
         tokens_out: int,
         finish_reason: str,
         cost: str,
+        dropped: tuple[str, ...] = (),
     ) -> None:
         span = self.span
         attributes: dict[str, Any] = {"failover.attempt.outcome": outcome}
+        if dropped:
+            attributes["failover.dropped"] = list(dropped)
         if outcome == AttemptOutcome.OK:
             attributes["gen_ai.response.model"] = self.model
             attributes["gen_ai.usage.input_tokens"] = tokens_in

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.adapters import params, tools
+from gateway.adapters import params, thinking, tools
 from gateway.adapters.base import ProviderAdapter
 from gateway.adapters.errors import ErrorClass
 from gateway.adapters.messages import (
-    EFFORT_BUDGETS,
     Completion,
     CompletionRequest,
     HealthResult,
@@ -24,10 +23,6 @@ from gateway.adapters.stream import CompletionStream
 API_VERSION = "2023-06-01"
 # The Messages API requires max_tokens; a request that names none gets this many.
 DEFAULT_MAX_TOKENS = 1024
-# Extended thinking's smallest budget; a budget must also stay below max_tokens.
-MIN_THINKING_BUDGET = 1024
-# What extended thinking leaves no room for: Anthropic refuses each beside it.
-NOT_WITH_THINKING = ("temperature", "top_p", "top_k")
 # Error events inside a stream, by their type: the same classes their HTTP statuses get.
 _STREAM_ERRORS = {
     "overloaded_error": ErrorClass.RATE_LIMITED,
@@ -46,34 +41,16 @@ class AnthropicAdapter(ProviderAdapter):
             headers["x-api-key"] = self.config.api_key
         return headers
 
-    def thinking_field(self, request: CompletionRequest) -> dict[str, Any] | None:
-        """The request's thinking in the Messages API's words, or None when it sends none:
-        adaptive as it is, else enabled with a budget (the caller's, or its effort's) below
-        max_tokens. Thinking that can't fit (max_tokens at most 1024), or that would follow a
-        tool call this provider made no thinking for (Anthropic wants the turn's thinking back
-        then), is dropped."""
-        thinking = self.thinking(request)
-        if thinking is None or not thinking.on:
-            return None
-        if _last_call_unthought(request):
-            return None
-        if thinking.adaptive:
-            return {"type": "adaptive"}
-        limit = (request.max_tokens or DEFAULT_MAX_TOKENS) - 1
-        budget = min(thinking.budget or EFFORT_BUDGETS[thinking.level], limit)
-        if budget < MIN_THINKING_BUDGET:
-            return None
-        return {"type": "enabled", "budget_tokens": budget}
-
     def dropped(self, request: CompletionRequest) -> tuple[str, ...]:
         names = list(super().dropped(request))
-        thinking = request.thinking
-        if thinking is not None and thinking.on and self.thinking_field(request) is None:
+        asked = request.thinking
+        field = thinking.anthropic_field(request, self.config)
+        if asked is not None and asked.on and field is None:
             names.append("thinking")
-        if self.thinking_field(request) is not None:
+        if field is not None:
             names += [
                 name
-                for name in NOT_WITH_THINKING
+                for name in thinking.NOT_WITH_THINKING
                 if getattr(request, name, None) is not None or request.option(name) is not None
             ]
         if request.option("output_config") is not None and not self.config.thinks:
@@ -86,7 +63,7 @@ class AnthropicAdapter(ProviderAdapter):
     def payload(self, request: CompletionRequest) -> dict[str, Any]:
         # The system prompt is a top-level field here, not a message; a system message
         # elsewhere in the conversation joins it, in order.
-        keep = self.thoughts_kept(request)
+        keep = self.config.thinks
         messages, inline_system = (
             tools.anthropic_messages(request.turns, thoughts=keep)
             if request.turns
@@ -108,10 +85,10 @@ class AnthropicAdapter(ProviderAdapter):
             payload["stop_sequences"] = list(request.stop)
         tools.add_anthropic(payload, request)
         params.apply(payload, request.options, self.kind)
-        thinking = self.thinking_field(request)
-        if thinking is not None:
-            payload["thinking"] = thinking
-            for name in NOT_WITH_THINKING:
+        field = thinking.anthropic_field(request, self.config)
+        if field is not None:
+            payload["thinking"] = field
+            for name in thinking.NOT_WITH_THINKING:
                 payload.pop(name, None)
             if payload.get("tool_choice", {}).get("type") in ("any", "tool"):
                 # Thinking takes only auto or none: a forced call is left to the model.
@@ -188,19 +165,6 @@ class AnthropicAdapter(ProviderAdapter):
         # The model list names dated versions, not aliases like "-latest": a good answer from
         # it (which also proves the key) is the check, so `model_problem` stays silent.
         return await self.health_levels("/v1/models", timeout=timeout, inference=inference)
-
-
-def _last_call_unthought(request: CompletionRequest) -> bool:
-    """Whether the conversation goes on from an assistant's tool call that carries no thinking
-    of Anthropic's: with thinking on, Anthropic wants that turn's thinking given back."""
-    for turn in reversed(request.turns):
-        if turn.role == "assistant":
-            return bool(turn.tool_calls) and not any(
-                thought.dialect == "anthropic" for thought in turn.thoughts
-            )
-        if turn.role == "user":
-            return False
-    return False
 
 
 def _index(event: dict[str, Any]) -> int:

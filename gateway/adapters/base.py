@@ -16,17 +16,14 @@ from typing import Any, ClassVar
 
 import httpx
 
-from gateway.adapters import params
+from gateway.adapters import health_levels, params, thinking
 from gateway.adapters.errors import ErrorClass, ProviderError, classify_status, parse_retry_after
 from gateway.adapters.failures import Failures
 from gateway.adapters.messages import (
-    HEALTH_PROBE,
     Completion,
     CompletionRequest,
-    HealthLevel,
     HealthResult,
     Reasoning,
-    Thinking,
     prompt_needed,
     signed_by,
 )
@@ -104,34 +101,15 @@ class ProviderAdapter(ABC):
             return "tools", "its settings say it can't call tools"
         if request.output is not None and not config.json_output:
             return "response_format", "its settings say it can't give JSON output"
+        if request.images and not config.images:
+            return "images", "its settings say its model reads no images"
         return params.refusal(request.options, self.dialect)
-
-    def thinking(self, request: CompletionRequest) -> Thinking | None:
-        """The request's thinking as this provider is asked for it: None when the caller said
-        nothing, or when the provider's settings say its model doesn't think (dropped)."""
-        thinking = request.thinking
-        if thinking is None or (thinking.on and not self.config.thinks):
-            return None
-        return thinking
-
-    def thoughts_kept(self, request: CompletionRequest) -> bool:
-        """Whether the conversation's earlier thinking goes to this provider: only thinking
-        its own dialect wrote, and only to a provider whose model thinks."""
-        return self.config.thinks
 
     def dropped(self, request: CompletionRequest) -> tuple[str, ...]:
         """The request's fields this provider's call leaves out (it has no place for them), in
         the request's words: what the answer's X-Failover-Dropped header and the ledger name."""
-        names = list(params.dropped(request.options, self.dialect))
-        thinking = request.thinking
-        if thinking is not None and thinking.on and self.thinking(request) is None:
-            names.append("thinking")
-        thoughts = [thought for turn in request.turns for thought in turn.thoughts]
-        if thoughts and (
-            not self.thoughts_kept(request)
-            or any(thought.dialect != self.dialect for thought in thoughts)
-        ):
-            names.append("thinking history")
+        names = [*params.dropped(request.options, self.dialect)]
+        names += thinking.left_out(request, self.config, self.dialect)
         return tuple(dict.fromkeys(names))
 
     def own_signature(self) -> str:
@@ -189,39 +167,8 @@ class ProviderAdapter(ABC):
         return False
 
     async def health_levels(self, path: str, *, timeout: float, inference: bool) -> HealthResult:
-        """The levels in turn within `timeout` overall: `path` (the model list) answers,
-        `model_problem` finds nothing in it, and with `inference` a one-token completion
-        answers in the time left. Never raises a ProviderError: a failure is the result."""
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        deadline = started + timeout
-
-        def result(
-            level: HealthLevel, detail: str = "", exc: ProviderError | None = None
-        ) -> HealthResult:
-            return HealthResult(
-                ok=not detail,
-                latency_ms=(loop.time() - started) * 1000,
-                detail=detail,
-                error_class=exc.error_class if exc is not None else None,
-                level=level,
-            )
-
-        try:
-            body, _ = await self.request_json("GET", path, timeout=timeout)
-        except ProviderError as exc:
-            return result(HealthLevel.REACHABLE, f"{path} failed: {_failure(exc)}", exc)
-        problem = self.model_problem(body)
-        if problem:
-            return result(HealthLevel.MODEL, problem)
-        if not inference:
-            return result(HealthLevel.MODEL)
-        try:
-            # Whatever is left of the check's time, however little: too little is a timeout.
-            await self.complete(HEALTH_PROBE, timeout=max(0.001, deadline - loop.time()))
-        except ProviderError as exc:
-            return result(HealthLevel.INFERENCE, f"inference failed: {_failure(exc)}", exc)
-        return result(HealthLevel.INFERENCE)
+        """The levels in turn within `timeout` overall (`health_levels.checked`)."""
+        return await health_levels.checked(self, path, timeout=timeout, inference=inference)
 
     def headers(self) -> dict[str, str]:
         return {}
@@ -426,11 +373,6 @@ class ProviderAdapter(ABC):
                 f"(window {self.config.context_window})",
             )
         raise self.failures.malformed("an empty answer")
-
-
-def _failure(exc: ProviderError) -> str:
-    """A failure as a check's detail, its class first: "timeout (no answer within 5.00 s)"."""
-    return f"{exc.error_class.value} ({exc.message})" if exc.message else exc.error_class.value
 
 
 def _traced(

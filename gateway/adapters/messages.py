@@ -117,6 +117,30 @@ class Thought:
 
 
 @dataclass(frozen=True, slots=True)
+class Image:
+    """An image in a conversation: its bytes as base64 (`data`, of `media_type`), or where it
+    is (`url`, http or https) for a provider that fetches it."""
+
+    media_type: str = ""
+    data: str = ""
+    url: str = ""
+
+    @property
+    def data_url(self) -> str:
+        return f"data:{self.media_type};base64,{self.data}" if self.data else self.url
+
+    @property
+    def size_estimate(self) -> int:
+        """Its bytes, about (base64 is four characters for three bytes)."""
+        return len(self.data) * 3 // 4
+
+
+# What an image counts for in a context window: a provider's own count runs from a few hundred
+# tokens (a small image) to about 1,600 (Anthropic's largest before it scales an image down).
+IMAGE_TOKENS = 1600
+
+
+@dataclass(frozen=True, slots=True)
 class Turn:
     """One message of a conversation that uses tools: a user's or assistant's text, an
     assistant's tool calls, or a tool's result (`tool_call_id`, the call it answers, and
@@ -128,6 +152,7 @@ class Turn:
     tool_call_id: str = ""
     name: str = ""
     thoughts: tuple[Thought, ...] = ()  # an assistant's thinking before its text and calls
+    images: tuple[Image, ...] = ()  # a user's images, or a tool result's
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,7 +210,14 @@ class CompletionRequest:
     def uses_tools(self) -> bool:
         """Whether an answer may be a tool call, or the conversation holds one: only a
         provider that speaks tools can carry it, and no fallback text can stand in for it."""
-        return bool(self.tools) or bool(self.turns)
+        return bool(self.tools) or any(
+            turn.tool_calls or turn.role == "tool" for turn in self.turns
+        )
+
+    @property
+    def images(self) -> int:
+        """How many images the conversation holds."""
+        return sum(len(turn.images) for turn in self.turns) if self.turns else 0
 
     def option(self, name: str, default: Any = None) -> Any:
         return next((value for key, value in self.options if key == name), default)
@@ -198,7 +230,8 @@ class CompletionRequest:
             else []
         )
         if self.turns:
-            messages += [_openai_message(turn) for turn in self.turns]
+            for turn in self.turns:
+                messages += _openai_messages(turn)
             return messages
         messages += [{"role": role, "content": text} for role, text in self.history]
         messages.append({"role": "user", "content": self.prompt})
@@ -215,11 +248,28 @@ class CompletionRequest:
         return "\n".join((self.system_prompt, *(text for _, text in self.history), self.prompt))
 
 
-def _openai_message(turn: Turn) -> dict[str, Any]:
+def _image_parts(images: tuple[Image, ...]) -> list[dict[str, Any]]:
+    return [{"type": "image_url", "image_url": {"url": image.data_url}} for image in images]
+
+
+def _openai_messages(turn: Turn) -> list[dict[str, Any]]:
+    """A turn as OpenAI's messages: one, and a tool result's images as a user message after
+    it (a tool message holds text only)."""
     if turn.role == "system":
-        return {"role": "system", "content": turn.text}
+        return [{"role": "system", "content": turn.text}]
     if turn.role == "tool":
-        return {"role": "tool", "tool_call_id": turn.tool_call_id, "content": turn.text}
+        message = {"role": "tool", "tool_call_id": turn.tool_call_id, "content": turn.text}
+        if not turn.images:
+            return [message]
+        shown = {"type": "text", "text": f"The images of the tool result {turn.tool_call_id}:"}
+        return [message, {"role": "user", "content": [shown, *_image_parts(turn.images)]}]
+    if turn.images:
+        text = [{"type": "text", "text": turn.text}] if turn.text else []
+        return [{"role": turn.role, "content": [*text, *_image_parts(turn.images)]}]
+    return [_openai_message(turn)]
+
+
+def _openai_message(turn: Turn) -> dict[str, Any]:
     message: dict[str, Any] = {"role": turn.role, "content": turn.text}
     if turn.tool_calls:
         message["content"] = turn.text or None
@@ -293,7 +343,7 @@ def prompt_needed(request: CompletionRequest) -> int:
     if request.embed:
         return max(estimate_tokens(text) for text in request.embed)
     turns = len(request.turns) or len(request.history) + 1
-    return estimate_tokens(request.all_text()) + 4 * turns
+    return estimate_tokens(request.all_text()) + 4 * turns + IMAGE_TOKENS * request.images
 
 
 def context_needed(request: CompletionRequest) -> int:

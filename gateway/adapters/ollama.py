@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from gateway.adapters import params, tools
+from gateway.adapters import params, thinking, tools
 from gateway.adapters.base import CUT_OFF, ProviderAdapter
 from gateway.adapters.errors import ErrorClass, ProviderError, classify_ollama
 from gateway.adapters.messages import (
@@ -45,8 +45,6 @@ from gateway.adapters.stream import CompletionStream
 # the string "-1" or "3600" fails its duration parser ("missing unit"); "30m" stays a string.
 _SECONDS = re.compile(r"-?\d+(\.\d+)?")
 _THINK = {"off": False, "on": True}  # low / medium / high are sent as they are
-# A request's effort in Ollama's levels (low / medium / high).
-OLLAMA_LEVELS = {"minimal": "low", "max": "high"}
 PS_TIMEOUT_S = 1.0  # the health check's look at /api/ps, at most
 
 
@@ -92,7 +90,7 @@ class OllamaAdapter(ProviderAdapter):
         payload: dict[str, Any] = {
             "model": request.model or config.model,
             "messages": (
-                tools.ollama_messages(request, thoughts=self.thoughts_kept(request))
+                tools.ollama_messages(request, thoughts=config.thinks)
                 if request.turns
                 else request.messages()
             ),
@@ -101,7 +99,11 @@ class OllamaAdapter(ProviderAdapter):
             # A thinking model thinks unless told not to; false is taken by every model (only
             # true or a level is refused by one that can't think). The one-token health probe
             # never thinks: its token would be thinking, and the probe would cost a trace.
-            "think": False if request is HEALTH_PROBE else self.think(request),
+            "think": (
+                False
+                if request is HEALTH_PROBE
+                else thinking.ollama_think(request, config, _THINK.get(config.think, config.think))
+            ),
         }
         if config.keep_alive:
             # The probe too: a call without keep_alive resets the model's stay to Ollama's 5 m.
@@ -109,19 +111,6 @@ class OllamaAdapter(ProviderAdapter):
         tools.add_ollama(payload, request)
         params.apply(payload, request.options, self.kind)
         return payload
-
-    def think(self, request: CompletionRequest) -> bool | str:
-        """Ollama's `think`: the request's thinking where the provider's model thinks (a level
-        where its own setting is a level, so the model takes one), else its own setting."""
-        setting = _THINK.get(self.config.think, self.config.think)
-        thinking = self.thinking(request)
-        if thinking is None:
-            return setting
-        if not thinking.on:
-            return False
-        if isinstance(setting, str) and (thinking.effort or thinking.budget is not None):
-            return OLLAMA_LEVELS.get(thinking.level, thinking.level)
-        return setting if isinstance(setting, str) else True
 
     def cannot(self, request: CompletionRequest) -> tuple[str, str] | None:
         forced = tools.forced_by_format(request)
@@ -135,6 +124,12 @@ class OllamaAdapter(ProviderAdapter):
                 "tool_choice",
                 f"Ollama has no tool_choice; a call is forced through format, one tool's "
                 f"schema, and {why}",
+            )
+        if any(not image.data for turn in request.turns for image in turn.images):
+            return (
+                "images",
+                "Ollama takes an image's bytes, and this one is a URL (send it as a data URL "
+                "or base64)",
             )
         if forced and self.config.tools and not self.config.json_output:
             return (

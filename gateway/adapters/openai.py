@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.adapters import params, tools
+from gateway.adapters import params, thinking, tools
 from gateway.adapters.base import ProviderAdapter
 from gateway.adapters.errors import ErrorClass
 from gateway.adapters.messages import (
@@ -94,9 +94,9 @@ class OpenAICompatibleAdapter(ProviderAdapter):
             payload["stop"] = list(request.stop)
         tools.add_openai(payload, request)
         params.apply(payload, request.options, self.dialect)
-        thinking = self.thinking(request)
-        if thinking is not None and thinking.on:
-            payload["reasoning_effort"] = OPENAI_EFFORTS.get(thinking.level, thinking.level)
+        effort = thinking.openai_effort(request, self.config)
+        if effort:
+            payload["reasoning_effort"] = effort
         return payload
 
     async def complete(self, request: CompletionRequest, *, timeout: float) -> Completion:
@@ -120,7 +120,7 @@ class OpenAICompatibleAdapter(ProviderAdapter):
         finish_reason = body["choices"][0].get("finish_reason")
         if not text and not calls:
             self.check_not_empty(request, str(finish_reason or ""))
-        thinking = _reasoning_text(message)
+        thought = thinking.reasoning_text(message)
         return Completion(
             text=text,
             provider=self.name,
@@ -130,8 +130,8 @@ class OpenAICompatibleAdapter(ProviderAdapter):
             # Gemini's compatible API ends tool calls with "stop": a call is a call.
             finish_reason="tool_calls" if calls else str(finish_reason or ""),
             tool_calls=calls,
-            reasoning=thinking,
-            reasoning_signature=self.own_signature() if thinking else "",
+            reasoning=thought,
+            reasoning_signature=self.own_signature() if thought else "",
         )
 
     def stream_request(self, request: CompletionRequest) -> tuple[str, dict[str, Any]]:
@@ -153,21 +153,6 @@ class OpenAICompatibleAdapter(ProviderAdapter):
         if ids and self.config.model not in ids:
             return f"model {self.config.model} is not served"
         return ""
-
-
-# A request's effort in OpenAI's words: its most is "high" on every reasoning model.
-OPENAI_EFFORTS = {"max": "high"}
-
-
-def _reasoning_text(message: Any) -> str:
-    """A message's (or a delta's) thinking, where an OpenAI-compatible server gives it:
-    `reasoning_content` (DeepSeek, vLLM, llama.cpp) or `reasoning` (OpenRouter, vLLM's
-    newer)."""
-    for name in ("reasoning_content", "reasoning"):
-        value = message.get(name)
-        if isinstance(value, str) and value:
-            return value
-    return ""
 
 
 class OpenAIStreamDecoder:
@@ -207,7 +192,7 @@ class OpenAIStreamDecoder:
             return pieces[0]
         text = delta.get("content") if isinstance(delta, dict) else None
         if not text and isinstance(delta, dict):
-            thought = _reasoning_text(delta)
+            thought = thinking.reasoning_text(delta)
             if thought:
                 return Reasoning(thought)
         return text if isinstance(text, str) else ""

@@ -56,7 +56,20 @@ CALLER_ONLY = NotSent("an id of the end user for OpenAI's abuse monitoring; none
 CODEX_LABELS = NotSent("the client's labels of its own requests, for OpenAI's platform.")
 NO_VERBOSITY = NotSent("only OpenAI's own models take a verbosity; the answer is as long as it is.")
 ANTHROPIC_ONLY = NotSent("an Anthropic API feature; this dialect has no such setting.")
+SPEED_ONLY = NotSent("a speed-up of OpenAI's; the answer is the same without it.")
 HOSTED = NotSent("a built-in tool OpenAI runs on its side; no provider here runs it.")
+# Anthropic's settings carried to Anthropic as they are and left out elsewhere: its prompt
+# cache's top-level mark, where inference runs, its user profiles, its own server-side
+# fallbacks, its speed and diagnostics.
+ANTHROPIC_SETTINGS = (
+    "cache_control",
+    "inference_geo",
+    "user_profile_id",
+    "fallbacks",
+    "fallback_credit_token",
+    "speed",
+    "diagnostics",
+)
 AS_THINKING = Translated("asked for as the request's thinking, in the dialect's words.")
 
 TABLE: dict[str, dict[str, Rule]] = {
@@ -88,6 +101,21 @@ TABLE: dict[str, dict[str, Rule]] = {
         OLLAMA: OPENAI_CACHE,
         ANTHROPIC: OPENAI_CACHE,
     },
+    "prompt_cache_options": {
+        OPENAI: Passed("prompt_cache_options"),
+        OLLAMA: OPENAI_CACHE,
+        ANTHROPIC: OPENAI_CACHE,
+    },
+    "prediction": {
+        OPENAI: Passed("prediction"),
+        OLLAMA: SPEED_ONLY,
+        ANTHROPIC: SPEED_ONLY,
+    },
+    "web_search_options": {
+        OPENAI: Passed("web_search_options"),
+        OLLAMA: HOSTED,
+        ANTHROPIC: HOSTED,
+    },
     "hosted_tools": {OPENAI: HOSTED, OLLAMA: HOSTED, ANTHROPIC: HOSTED},
     "safety_identifier": {
         OPENAI: Passed("safety_identifier"),
@@ -101,6 +129,10 @@ TABLE: dict[str, dict[str, Rule]] = {
         OPENAI: ANTHROPIC_ONLY,
         OLLAMA: ANTHROPIC_ONLY,
         ANTHROPIC: Passed("context_management"),
+    },
+    **{
+        name: {OPENAI: ANTHROPIC_ONLY, OLLAMA: ANTHROPIC_ONLY, ANTHROPIC: Passed(name)}
+        for name in ANTHROPIC_SETTINGS
     },
     "anthropic_beta": {
         OPENAI: ANTHROPIC_ONLY,

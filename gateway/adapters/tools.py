@@ -15,7 +15,14 @@ import json
 import secrets
 from typing import Any
 
-from gateway.adapters.messages import CompletionRequest, OutputFormat, Tool, ToolCall, Turn
+from gateway.adapters.messages import (
+    CompletionRequest,
+    Image,
+    OutputFormat,
+    Tool,
+    ToolCall,
+    Turn,
+)
 
 # The forced tool that carries Anthropic's JSON answer when the output format names none.
 JSON_TOOL = "json_answer"
@@ -150,6 +157,15 @@ def add_anthropic(payload: dict[str, Any], request: CompletionRequest) -> None:
         payload["tools"] = tools
 
 
+def anthropic_image(image: Image) -> dict[str, Any]:
+    source = (
+        {"type": "base64", "media_type": image.media_type, "data": image.data}
+        if image.data
+        else {"type": "url", "url": image.url}
+    )
+    return {"type": "image", "source": source}
+
+
 def _thought_blocks(turn: Turn) -> list[dict[str, Any]]:
     """An assistant turn's thinking that Anthropic wrote, as the blocks it signed."""
     blocks: list[dict[str, Any]] = []
@@ -191,10 +207,15 @@ def anthropic_messages(
             system.append(turn.text)
             continue
         if turn.role == "tool":
-            block = {"type": "tool_result", "tool_use_id": turn.tool_call_id, "content": turn.text}
+            content: Any = turn.text
+            if turn.images:
+                text = [{"type": "text", "text": turn.text}] if turn.text else []
+                content = [*text, *map(anthropic_image, turn.images)]
+            block = {"type": "tool_result", "tool_use_id": turn.tool_call_id, "content": content}
             _appended(messages, "user", [block])
             continue
         blocks: list[dict[str, Any]] = _thought_blocks(turn) if thoughts else []
+        blocks += map(anthropic_image, turn.images)
         if turn.text:
             blocks.append({"type": "text", "text": turn.text})
         blocks += [
@@ -309,10 +330,9 @@ def ollama_messages(request: CompletionRequest, *, thoughts: bool = False) -> li
         [{"role": "system", "content": request.system_prompt}] if request.system_prompt else []
     )
     for turn in request.turns:
-        if turn.role == "tool":
-            messages.append({"role": "tool", "tool_name": turn.name, "content": turn.text})
-            continue
         message: dict[str, Any] = {"role": turn.role, "content": turn.text}
+        if turn.role == "tool":
+            message = {"role": "tool", "tool_name": turn.name, "content": turn.text}
         if turn.tool_calls:
             message["tool_calls"] = [
                 {"function": {"name": call.name, "arguments": arguments_object(call.arguments)}}
@@ -321,6 +341,8 @@ def ollama_messages(request: CompletionRequest, *, thoughts: bool = False) -> li
         thinking = "".join(t.text for t in turn.thoughts if t.dialect == "ollama")
         if thoughts and thinking:
             message["thinking"] = thinking
+        if turn.images:
+            message["images"] = [image.data for image in turn.images]
         messages.append(message)
     return messages
 

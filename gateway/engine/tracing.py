@@ -30,8 +30,10 @@ class AttemptTrace(Protocol):
         tokens_out: int,
         finish_reason: str,
         cost: str,
+        dropped: tuple[str, ...] = (),
     ) -> None:
-        """The attempt as it ended (its span ends with it)."""
+        """The attempt as it ended (its span ends with it); `dropped`: the request's fields
+        its call left out."""
         ...
 
 

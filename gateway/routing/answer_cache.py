@@ -40,7 +40,7 @@ def answer_key(request: CompletionRequest, group: tuple[tuple[str, str], ...] = 
     embedding: no cached text can stand in for either, nor be cached as text). A model alias's
     answers (`group`: its entries, the models asked for) are kept apart from the cascade's
     and from other aliases'."""
-    if request.uses_tools or request.embed:
+    if request.uses_tools or request.embed or request.turns:  # a conversation of turns: images
         return ""
     shape: dict[str, Any] = {
         "system": _normalized(request.system_prompt),

@@ -45,5 +45,6 @@ async def traced(
         tokens_out=completion.tokens_out if completion is not None else 0,
         finish_reason=completion.finish_reason if completion is not None else "",
         cost="" if made.cost is None else str(made.cost),
+        dropped=made.dropped,
     )
     return result

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from gateway.adapters.errors import ProviderError
-from gateway.adapters.messages import CompletionRequest, context_needed
+from gateway.adapters.messages import CompletionRequest, context_needed, prompt_needed
 from gateway.engine.clients import StandIn
 from gateway.engine.config import ProviderConfig, Snapshot
 from gateway.routing.answer_cache import CachedAnswer, answer_key, cache_read
@@ -142,7 +142,12 @@ async def _route(request: RouteRequest, snapshot: Snapshot, ports: Ports) -> Rou
     if answered is not None:
         return _answered(walk, answered, attempts, forced_reason)
     if attempts and all(a.error_class in (CANNOT_SERVE, TOO_SMALL) for a in attempts):
-        return _none_can(walk, attempts)
+        # No provider reads its images: what may stand in is the client app's choice (none:
+        # the 400 that says so).
+        unread = all(a.detail.startswith("images: ") for a in attempts)
+        if not (unread and request.stand_ins):
+            return _none_can(walk, attempts)
+        return await _fallback(walk, attempts, "no_provider_reads_images", cache=False)
 
     reason = forced_reason or _reason_from(snapshot, attempts) or "no_provider"
     if request.task and request.task in policy.no_fallback_tasks:
@@ -260,21 +265,22 @@ def _none_can(walk: Walk, attempts: list[Attempt]) -> RouteResult:
     dialect refuses, a conversation longer than its context window): the caller's request,
     not an outage, so a 400 that names the parameter."""
     if any(a.error_class == TOO_SMALL for a in attempts):
-        needed = context_needed(walk.request.completion)
+        completion = walk.request.completion
+        needed = context_needed(completion)
         largest = max(p.context_window for p in walk.snapshot.providers)
         error = RouteError(
             "context_length_exceeded",
             f"The conversation and the answer asked for need about {needed} tokens; the "
             f"largest context window here is {largest}.",
             param="messages",
+            context=(prompt_needed(completion), completion.max_tokens or 0, largest),
         )
     else:
         parameter = attempts[0].detail.partition(": ")[0]
         reasons = "; ".join(f"{a.provider}: {a.detail.partition(': ')[2]}" for a in attempts)
+        what = "reads images" if parameter == "images" else f"can take '{parameter}'"
         error = RouteError(
-            "unsupported_by_providers",
-            f"No provider here can take '{parameter}' ({reasons}).",
-            param=parameter,
+            "unsupported_by_providers", f"No provider here {what} ({reasons}).", param=parameter
         )
     return RouteResult(
         text="",

@@ -23,6 +23,9 @@ class RouteError:
     message: str
     param: str = ""
     provider: str = ""
+    # A request over every context window: (its prompt's tokens, the answer's asked for, the
+    # largest window), as estimated.
+    context: tuple[int, int, int] | None = None
 
     def as_body(self) -> dict[str, str]:
         """The error object of the gateway's own endpoints: what is set, nothing empty."""

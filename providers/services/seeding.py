@@ -92,6 +92,7 @@ DEMO_PROVIDERS: tuple[dict[str, Any], ...] = (
         "context_window": 128_000,
         # OpenAI takes it for every model, and its reasoning models take only it.
         "token_limit_field": "max_completion_tokens",
+        "supports_images": True,  # gpt-4o-mini reads images; it doesn't think
         # gpt-4o-mini's $0.15 / $0.60 per 1M tokens at 0.93 EUR to the dollar (the seeds
         # think in EUR, the policy's default currency).
         "price_input_per_1m": Decimal("0.1395"),
@@ -108,6 +109,7 @@ DEMO_PROVIDERS: tuple[dict[str, Any], ...] = (
         "is_local": False,
         "timeout_s": 15.0,
         "context_window": 200_000,
+        "supports_images": True,  # Claude 3.5 Haiku reads images; it has no extended thinking
         "price_input_per_1m": Decimal("0.744"),  # $0.80 / $4.00 at 0.93
         "price_output_per_1m": Decimal("3.72"),
     },
