@@ -8,6 +8,7 @@ from django.urls import URLPattern
 from control_room import (
     charts_views,
     policy_views,
+    refusal_views,
     report_views,
     roi_views,
     static_views,
@@ -17,6 +18,14 @@ from control_room import (
 
 def control_urls(site: AdminSite) -> list[URLPattern]:
     patterns: list[URLPattern] = []
-    for module in (status_views, policy_views, static_views, charts_views, roi_views, report_views):
+    for module in (
+        status_views,
+        policy_views,
+        static_views,
+        charts_views,
+        roi_views,
+        report_views,
+        refusal_views,
+    ):
         patterns += module.urls(site)
     return patterns

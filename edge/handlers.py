@@ -24,6 +24,7 @@ from edge.api.common import body_limit_for, body_too_large, error_response
 from edge.api.json_answer import JsonAnswer
 from edge.api.messages_shapes import anthropic_error
 from edge.api.openai_common import openai_error
+from edge.api.turned_away import turned_away
 from edge.api.validation import ApiError
 from edge.api_middleware import Handler, api_chain, log_answer
 from edge.body_deadline import BodyTimedOut, within_deadline
@@ -142,11 +143,19 @@ class ApiHandler(CappedASGIHandler):
         return body_limit_for(scope["path"])
 
     def too_large(self, scope: dict[str, Any]) -> HttpResponseBase:
-        return _render_for(scope["path"])(body_too_large(scope["path"]))
+        return self.refusal(scope, body_too_large(scope["path"]))
 
     def too_slow(self, scope: dict[str, Any]) -> HttpResponseBase:
         timeout = settings.REQUEST_BODY_TIMEOUT_S
         error = ApiError(408, "body_timeout", f"The body must arrive within {timeout:g} s.")
+        return self.refusal(scope, error)
+
+    def refusal(self, scope: dict[str, Any], error: ApiError) -> HttpResponseBase:
+        """A refusal before the view runs, noted as the doors' own are (`turned_away`), from a
+        request made of the scope alone (no body)."""
+        request, _ = self.create_request(scope, io.BytesIO())
+        if request is not None:
+            turned_away(request, error)
         return _render_for(scope["path"])(error)
 
     async def send_refusal(self, response: HttpResponseBase, send: Any) -> None:
@@ -260,10 +269,9 @@ def _api_edge(view: Handler) -> Handler:
 
     async def edge(request: HttpRequest) -> HttpResponseBase:
         if require_https and not request.is_secure():
-            message = "This API answers over HTTPS only."
-            response: HttpResponseBase = _render_for(request.path)(
-                ApiError(403, "https_required", message)
-            )
+            error = ApiError(403, "https_required", "This API answers over HTTPS only.")
+            turned_away(request, error)
+            response: HttpResponseBase = _render_for(request.path)(error)
         else:
             response = await view(request)
         response.headers.setdefault("Content-Security-Policy", API_CONTENT_SECURITY_POLICY)

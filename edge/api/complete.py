@@ -74,7 +74,7 @@ async def complete(request: HttpRequest) -> JsonAnswer:
     gateway, caller, parsed = arrival.gateway, arrival.caller, arrival.parsed
     ticket = await caller_admitted(caller, gateway, priority=parsed.priority)
     if isinstance(ticket, Refusal):
-        return refused(ticket, error_response)
+        return refused(ticket, error_response, request, caller, arrival.body)
 
     routed = route_request(
         parsed,

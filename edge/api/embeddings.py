@@ -54,10 +54,10 @@ async def embeddings(request: HttpRequest) -> HttpResponseBase:
     snapshot = await gateway.snapshots.current()
     choice = resolve_model(caller, snapshot, parsed.model, Purpose.EMBED)
     if isinstance(choice, ApiError):
-        return openai_error(choice)
+        return refused(choice, openai_error, request, caller, arrival.body)
     ticket = await caller_admitted(caller, gateway, priority=parsed.priority)
     if isinstance(ticket, Refusal):
-        return refused(ticket, openai_error)
+        return refused(ticket, openai_error, request, caller, arrival.body)
     routed = route_request(
         parsed,
         CompletionRequest(

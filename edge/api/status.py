@@ -125,7 +125,7 @@ async def status(request: HttpRequest) -> JsonAnswer:
     snapshot = await gateway.snapshots.current()
     refusal = await _status_refusal(request, snapshot, gateway.snapshots.client_find)
     if refusal is not None:
-        return refused(refusal, error_response)
+        return refused(refusal, error_response, request)
     policy = snapshot.policy
     windows = Windows(policy.bucket_s, policy.failure_window_s, policy.p95_window_s)
     now = gateway.clock.wall()

@@ -1,5 +1,6 @@
 """Shared state: breakers, call statistics, budget counters, cached answers, the config
-version, the sentinel's health verdicts and the background jobs' locks.
+version, the sentinel's health verdicts, the background jobs' locks and the front doors' last
+refusals (`refusal_log`).
 
 `MemoryStore` (in `memory_store`) keeps them in this process (the embedded mode); `RedisStore`
 (in `redis_store`) keeps them in Redis with atomic scripts, so several serving processes behave
@@ -25,6 +26,7 @@ from gateway.engine.budgets import Hold, budget_period
 from gateway.engine.health import HealthState
 from gateway.engine.rate import Limits, RateKeys
 from gateway.state import histogram
+from gateway.state.refusal_log import REFUSALS_KEPT, RefusalNote
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,6 +303,15 @@ class StateStore(ABC):
     @abstractmethod
     async def sentinel_last_run(self) -> float | None:
         """When the sentinel last ran, in any process; None if never (the watchdog's)."""
+
+    @abstractmethod
+    async def refusal_add(self, note: RefusalNote) -> None:
+        """Keep a front door's refusal at the head of the shared list, the oldest past
+        `REFUSALS_KEPT` dropped: one write, which no request waits for."""
+
+    @abstractmethod
+    async def refusals_read(self, count: int = REFUSALS_KEPT) -> list[RefusalNote]:
+        """The last `count` refusals kept, newest first."""
 
     @abstractmethod
     async def config_version(self) -> int: ...

@@ -26,6 +26,7 @@ from gateway.state.contract import (
     summarize,
 )
 from gateway.state.holds import Holds
+from gateway.state.refusal_log import RefusalRing
 
 # One statistics bucket: the fields the Redis store keeps in its bucket hash (contract.py).
 Bucket = dict[str, int]
@@ -87,7 +88,7 @@ class AnswerCache:
         self._bytes -= size
 
 
-class MemoryStore(StateStore):
+class MemoryStore(RefusalRing, StateStore):
     """State in this process only: the embedded mode, and Redis's stand-in while it is down."""
 
     backend = "memory"

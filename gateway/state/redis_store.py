@@ -41,6 +41,13 @@ from gateway.state.contract import (
 )
 from gateway.state.record_script import ScriptCall
 from gateway.state.redis_connection import Connection
+from gateway.state.refusal_log import (
+    REFUSALS_KEPT,
+    REFUSALS_KEY,
+    RefusalNote,
+    note_decoded,
+    note_encoded,
+)
 from gateway.state.script_pipe import ScriptPipe
 
 logger = logging.getLogger(__name__)
@@ -292,6 +299,18 @@ class RedisStore(StateStore):
     async def sentinel_last_run(self) -> float | None:
         value = await self._client().redis.get(scripts.SENTINEL_LAST_RUN_KEY)
         return None if value is None else float(value)
+
+    async def refusal_add(self, note: RefusalNote) -> None:
+        async with self._client().redis.pipeline(transaction=True) as pipe:
+            pipe.lpush(REFUSALS_KEY, note_encoded(note))
+            pipe.ltrim(REFUSALS_KEY, 0, REFUSALS_KEPT - 1)
+            await pipe.execute()
+
+    async def refusals_read(self, count: int = REFUSALS_KEPT) -> list[RefusalNote]:
+        if count <= 0:
+            return []
+        raws = await self._client().redis.lrange(REFUSALS_KEY, 0, count - 1)
+        return [note for note in map(note_decoded, raws) if note is not None]
 
     async def config_version(self) -> int:
         return int(await self._client().redis.get(scripts.VERSION_KEY) or 0)

@@ -26,6 +26,7 @@ from gateway.state.contract import (
 )
 from gateway.state.memory_store import MemoryStore
 from gateway.state.redis_store import RedisStore
+from gateway.state.refusal_log import REFUSALS_KEPT, RefusalNote
 
 logger = logging.getLogger(__name__)
 
@@ -213,6 +214,12 @@ class ResilientStore(StateStore):
 
     async def sentinel_last_run(self) -> float | None:
         return await self._call(lambda store: store.sentinel_last_run())
+
+    async def refusal_add(self, note: RefusalNote) -> None:
+        await self._call(lambda store: store.refusal_add(note))
+
+    async def refusals_read(self, count: int = REFUSALS_KEPT) -> list[RefusalNote]:
+        return await self._call(lambda store: store.refusals_read(count))
 
     async def config_version(self) -> int:
         return await self._call(lambda store: store.config_version())

@@ -224,6 +224,7 @@ CONTROL: dict[str, Callable[[], Target]] = {
         hostile_kwargs=BAD_INT_KWARGS,
     ),
     "control-charts": _control("control-charts"),
+    "control-refusals": _control("control-refusals"),
     "control-roi": _control("control-roi", get=("days", *LABELS)),
     "control-reports": _control("control-reports", get=REPORT_FIELDS),
     "control-reports-csv": _control(

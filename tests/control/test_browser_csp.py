@@ -127,6 +127,7 @@ def test_every_control_room_and_model_page_keeps_to_the_policy(page, platform_ur
     for path in (
         "/admin/control/thresholds/",
         "/admin/control/charts/",
+        "/admin/control/refusals/",
         "/admin/providers/provider/",
         "/admin/providers/provider/add/",
         "/admin/providers/failoverpolicy/1/change/",
