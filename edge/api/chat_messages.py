@@ -8,8 +8,9 @@ from typing import Any
 
 from edge.api.chat_tools import tool_calls_of, tool_turn
 from edge.api.fields import JsonSchema, invalid
+from edge.api.images import IMAGE_URL, by_url, unsupported_content
 from edge.api.json_body import ApiError
-from gateway.adapters.messages import ToolCall, Turn
+from gateway.adapters.messages import Image, ToolCall, Turn
 
 # As many as an agent's long run holds (OpenAI's arrays take 2,048). A conversation's length has
 # no cap of its own: the body limit bounds it (BODY_LIMIT_CHAT_BYTES), and a conversation longer
@@ -34,15 +35,34 @@ TEXT_PART: JsonSchema = {
     "required": ["type", "text"],
     "properties": {"type": {"const": "text"}, "text": {"type": "string"}},
 }
+IMAGE_PART: JsonSchema = {
+    "type": "object",
+    "required": ["type", "image_url"],
+    "properties": {
+        "type": {"const": "image_url"},
+        "image_url": {
+            "type": "object",
+            "required": ["url"],
+            "properties": {
+                "url": IMAGE_URL,
+                "detail": {"enum": ["auto", "low", "high"]},
+            },
+        },
+    },
+}
 MESSAGE: JsonSchema = {
     "type": "object",
     "required": ["role"],
     "properties": {
         "role": {"enum": [*ROLES, "tool"]},
         "content": {
-            "anyOf": [{"type": "string"}, {"type": "array", "items": TEXT_PART}, {"type": "null"}],
-            "description": "Text, or text parts (joined by new lines); null only beside an "
-            "assistant's tool calls.",
+            "anyOf": [
+                {"type": "string"},
+                {"type": "array", "items": {"anyOf": [TEXT_PART, IMAGE_PART]}},
+                {"type": "null"},
+            ],
+            "description": "Text, or text parts (joined by new lines) and, in a user's "
+            "message, image_url parts; null only beside an assistant's tool calls.",
         },
         "tool_calls": {
             "type": ["array", "null"],
@@ -70,21 +90,37 @@ MESSAGE: JsonSchema = {
 }
 
 
-def _message_text(content: Any, index: int) -> str | ApiError:
-    """A message's content: a string, or text parts (`[{"type": "text", "text": ...}]`)."""
+def _message_content(
+    content: Any, index: int, role: Any
+) -> tuple[str, tuple[Image, ...]] | ApiError:
+    """A message's content: a string, or text parts (`[{"type": "text", "text": ...}]`) and,
+    in a user's message, image_url parts."""
     where = f"messages[{index}].content"
     if isinstance(content, str):
-        return content
+        return content, ()
     if isinstance(content, list):
-        texts = []
-        for part in content:
-            if not isinstance(part, dict) or part.get("type") != "text":
-                return invalid(where, "Only text content parts are supported.")
+        texts, images = [], []
+        for place, part in enumerate(content):
+            kind = part.get("type") if isinstance(part, dict) else None
+            at = f"{where}[{place}]"
+            if kind == "image_url" and role == "user":
+                assert isinstance(part, dict)
+                spec = part.get("image_url")
+                url = spec.get("url") if isinstance(spec, dict) else None
+                image = by_url(url, f"{at}.image_url.url")
+                if isinstance(image, ApiError):
+                    return image
+                images.append(image)
+                continue
+            if kind in ("input_audio", "file"):
+                return unsupported_content(f"{kind} parts", at)
+            if kind != "text":
+                return invalid(at, "A content part is text, or image_url in a user's message.")
             if not isinstance(part.get("text"), str):
-                return invalid(where, "A text part needs a 'text' string.")
+                return invalid(at, "A text part needs a 'text' string.")
             texts.append(part["text"])
-        return "\n".join(texts)
-    return invalid(where, f"'{where}' must be a string or a list of text parts.")
+        return "\n".join(texts), tuple(images)
+    return invalid(where, f"'{where}' must be a string or a list of content parts.")
 
 
 def conversation(messages: Any, body: dict[str, Any]) -> Any:
@@ -131,9 +167,9 @@ def conversation(messages: Any, body: dict[str, Any]) -> Any:
         )
     users = [turn for turn in turns if turn.role == "user"]
     prompt = users[-1].text if users else ""
-    if turns[-1].role == "user" and not prompt.strip():
+    if turns[-1].role == "user" and not prompt.strip() and not turns[-1].images:
         return invalid(f"messages[{len(messages) - 1}].content", "The question cannot be blank.")
-    if calls or body.get("tools"):
+    if calls or body.get("tools") or any(turn.images for turn in turns):
         return "\n\n".join(system), prompt, (), tuple(turns)
     history = tuple((turn.role, turn.text) for turn in turns[:-1])
     return "\n\n".join(system), prompt, history, ()
@@ -168,10 +204,11 @@ def _turn(message: dict[str, Any], index: int, calls: dict[str, str]) -> Turn | 
     elif not is_empty(message.get("tool_calls")):
         return invalid(f"messages[{index}].tool_calls", "Only an assistant makes tool calls.")
     content = message.get("content")
-    text = "" if content is None and made else _message_text(content, index)
-    if isinstance(text, ApiError):
-        return text
+    read = ("", ()) if content is None and made else _message_content(content, index, role)
+    if isinstance(read, ApiError):
+        return read
+    text, images = read
     if role == "tool":
         return tool_turn(message, index, text, calls)
     calls.update((call.id, call.name) for call in made)
-    return Turn(role, text, tool_calls=made)
+    return Turn(role, text, tool_calls=made, images=images)

@@ -39,7 +39,7 @@ from edge.api.fields import (
 from edge.api.json_body import ApiError
 from edge.api.validation import ROUTING_FIELDS, TEMPERATURE, max_tokens_field
 from gateway.adapters import params
-from gateway.adapters.messages import OutputFormat, Tool, Turn
+from gateway.adapters.messages import OutputFormat, Thinking, Tool, Turn, thinking_of_effort
 
 
 def unsupported(name: str, message: str, *, empty: JsonSchema = EMPTY) -> Field:
@@ -60,7 +60,7 @@ UNSUPPORTED_FIELDS = tuple(
             "function_call": "'function_call' is deprecated: send 'tool_choice' instead.",
             "audio": "Audio output is not supported by this gateway.",
             "top_logprobs": "Log probabilities are not supported by this gateway.",
-            "prediction": "Predicted outputs are not supported by this gateway.",
+            "moderation": "Moderation is not supported by this gateway.",
         }.items()
     )
 )
@@ -119,7 +119,7 @@ def _logit_bias(value: Any, body: dict[str, Any]) -> Any:
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
 
 
-def _option(name: str, kind: str, what: str, **bounds: Any) -> Field:
+def option_field(name: str, kind: str, what: str, **bounds: Any) -> Field:
     """A parameter the dialect table passes on or refuses (`gateway/adapters/params.py`)."""
     return Field(name, kind, f"{what} Per provider kind: {params.described(name)}", **bounds)
 
@@ -247,9 +247,9 @@ CHAT_FIELDS = (
         },
     ),
     *ROUTING_FIELDS,
-    _option("presence_penalty", "number", "A presence penalty.", minimum=-2, maximum=2),
-    _option("frequency_penalty", "number", "A frequency penalty.", minimum=-2, maximum=2),
-    _option("seed", "integer", "A sampling seed."),
+    option_field("presence_penalty", "number", "A presence penalty.", minimum=-2, maximum=2),
+    option_field("frequency_penalty", "number", "A frequency penalty.", minimum=-2, maximum=2),
+    option_field("seed", "integer", "A sampling seed."),
     Field(
         "logit_bias",
         "any",
@@ -260,11 +260,27 @@ CHAT_FIELDS = (
             "additionalProperties": {"type": "integer", "minimum": -100, "maximum": 100},
         },
     ),
-    _option("reasoning_effort", "string", "A reasoning model's effort.", enum=REASONING_EFFORTS),
-    _option("metadata", "object", "Labels for stored completions."),
-    _option("store", "boolean", "Whether OpenAI would store the completion."),
-    _option("service_tier", "string", "OpenAI's processing tier."),
-    _option("parallel_tool_calls", "boolean", "Whether several tools may be called at once."),
+    option_field(
+        "reasoning_effort", "string", "A reasoning model's effort.", enum=REASONING_EFFORTS
+    ),
+    option_field("metadata", "object", "Labels for stored completions."),
+    option_field("store", "boolean", "Whether OpenAI would store the completion."),
+    option_field("service_tier", "string", "OpenAI's processing tier."),
+    option_field("parallel_tool_calls", "boolean", "Whether several tools may be called at once."),
+    option_field(
+        "prompt_cache_key", "string", "A key grouping requests for OpenAI's prompt cache."
+    ),
+    option_field("prompt_cache_retention", "string", "How long OpenAI keeps the prompt cached."),
+    option_field("prompt_cache_options", "object", "OpenAI's prompt cache settings."),
+    option_field("safety_identifier", "string", "The end user, for OpenAI's abuse monitoring."),
+    option_field(
+        "verbosity",
+        "string",
+        "How long OpenAI's model's answer runs.",
+        enum=("low", "medium", "high"),
+    ),
+    option_field("prediction", "object", "Predicted output, to speed the answer up."),
+    option_field("web_search_options", "object", "OpenAI's web search for its search models."),
 )
 # The table's parameters this body carries, in the table's order ("user" is a routing field).
 OPTION_NAMES = tuple(name for name in params.NAMES)
@@ -293,6 +309,7 @@ class ChatBody:
     tool_choice: str = ""
     output: OutputFormat | None = None
     options: tuple[tuple[str, Any], ...] = ()
+    thinking: Thinking | None = None
 
 
 def parse_chat(raw: bytes) -> ChatBody | ApiError:
@@ -321,6 +338,11 @@ def parse_chat(raw: bytes) -> ChatBody | ApiError:
         tool_choice=values["tool_choice"],
         output=values["response_format"],
         options=options,
+        thinking=(
+            thinking_of_effort(values["reasoning_effort"])
+            if values.get("reasoning_effort")
+            else None
+        ),
         **{field.name: values[field.name] for field in ROUTING_FIELDS},
     )
 

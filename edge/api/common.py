@@ -24,6 +24,7 @@ from django.http import HttpRequest, HttpResponseBase
 
 from edge.api.access import Caller, Refusal, identify_or_find, permitted, rate_checked
 from edge.api.json_answer import JsonAnswer
+from edge.api.turned_away import refused
 from edge.api.validation import ApiError
 from gateway.adapters.messages import CompletionRequest
 from gateway.engine.clients import ALL_STAND_INS, StandIn
@@ -132,9 +133,8 @@ def wrong_method(
     """The 405 (with `Allow`) for a request by another method than `allowed`, or None."""
     if request.method == allowed:
         return None
-    response = render(ApiError(405, "method_not_allowed", message or f"Use {allowed}."))
-    response["Allow"] = allowed
-    return response
+    error = ApiError(405, "method_not_allowed", message or f"Use {allowed}.")
+    return refused(Refusal(error, {"Allow": allowed}), render, request)
 
 
 def checked_envelope(request: HttpRequest) -> ApiError | None:
@@ -237,18 +237,13 @@ async def caller_admitted(
     return await rate_checked(runtime.ports, caller)
 
 
-def refused(refusal: Refusal, render: Callable[[ApiError], JsonAnswer]) -> JsonAnswer:
-    response = render(refusal.error)
-    for name, value in refusal.headers.items():
-        response[name] = value
-    return response
-
-
 @dataclass(frozen=True, slots=True)
 class Arrival:
     gateway: Gateway
     caller: Caller
     parsed: Any
+    request: HttpRequest
+    body: bytes  # as it arrived (b"" before it is read): a refusal's message masks it
 
 
 async def arrived(
@@ -264,10 +259,10 @@ async def arrived(
     if not isinstance(admitted, Arrival):
         return admitted
     raw = body_of(request)
-    parsed = raw if isinstance(raw, ApiError) else parse(raw)
+    body, parsed = (b"", raw) if isinstance(raw, ApiError) else (raw, parse(raw))
     if isinstance(parsed, ApiError):
-        return render(parsed)
-    return Arrival(admitted.gateway, admitted.caller, parsed)
+        return refused(parsed, render, request, admitted.caller, body)
+    return Arrival(admitted.gateway, admitted.caller, parsed, request, body)
 
 
 async def arrived_to_read(
@@ -289,12 +284,12 @@ async def _admitted(
         return wrong
     problem = checked_host(request) or (checked_envelope(request) if method == "POST" else None)
     if problem is not None:
-        return render(problem)
+        return refused(problem, render, request)
     gateway = gateway_of(request)
     caller = await caller_of(request, gateway)
     if isinstance(caller, Refusal):
-        return refused(caller, render)
-    return Arrival(gateway, caller, None)
+        return refused(caller, render, request)
+    return Arrival(gateway, caller, None, request, b"")
 
 
 def route_request(
@@ -367,6 +362,12 @@ FAILOVER_HEADERS: dict[str, dict[str, Any]] = {
         "degraded, as the client app's stand-ins allow).",
         "schema": {"enum": [stand_in.value for stand_in in StandIn]},
     },
+    "X-Failover-Dropped": {
+        "description": "The request's fields the answering provider's call left out, comma "
+        "separated: it has no place for them (thinking for a model that doesn't think, an "
+        "Anthropic setting on another kind of provider); the ledger's attempt names them too.",
+        "schema": {"type": "string"},
+    },
     "Retry-After": {
         "description": "On a 503 no provider answered: seconds until a retry may find one (the "
         "earliest probe of the breakers that turned the request away).",
@@ -393,4 +394,6 @@ def failover_headers(result: RouteResult, request_id: str) -> dict[str, str]:
         headers["X-Failover-Stand-In"] = _STAND_INS[result.tier].value
     if result.retry_after_s is not None:
         headers["Retry-After"] = str(result.retry_after_s)
+    if dropped := result.dropped:
+        headers["X-Failover-Dropped"] = ",".join(dropped)
     return headers

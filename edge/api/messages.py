@@ -15,12 +15,14 @@ as messages too, as the client app's stand-ins allow.
 from __future__ import annotations
 
 import functools
+import re
 import time
+from dataclasses import replace
 
 from django.http import HttpRequest, HttpResponseBase
 
 from edge.api.common import arrived as arrive
-from edge.api.common import failover_headers, json_errors
+from edge.api.common import failover_headers, json_errors, refused
 from edge.api.json_answer import JsonAnswer
 from edge.api.json_body import ApiError
 from edge.api.messages_request import parse_count_body, parse_messages_body
@@ -28,11 +30,48 @@ from edge.api.messages_shapes import MessageEvents, MessageShape, anthropic_erro
 from edge.api.models import resolve_model
 from edge.api.openai_chat import routed_by_model
 from edge.api.openai_common import EventStreamResponse, ms_since, relay, routed_error
-from gateway.adapters.messages import estimate_tokens, prompt_needed
+from gateway.adapters.messages import CompletionRequest, estimate_tokens, prompt_needed
 from gateway.engine import codec
+from gateway.routing.result import RouteResult
 from runtime.outcomes import record_call
 
 anthropic_json_errors = functools.partial(json_errors, render=anthropic_error)
+# Beta names are short words, digits and dashes; a header holds a few dozen at most.
+BETA = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+MAX_BETAS = 64
+
+
+def in_anthropics_words(result: RouteResult) -> RouteResult:
+    """A routed error as Anthropic words it where a client reads the words: a request over the
+    context window says its numbers as Anthropic does (`input length and max_tokens exceed
+    context limit: P + M > W`), which Claude Code reads to ask again with a smaller
+    max_tokens."""
+    error = result.error
+    if error is None or error.context is None:
+        return result
+    prompt, answer, window = error.context
+    message = (
+        f"input length and `max_tokens` exceed context limit: {prompt} + {answer} > {window}, "
+        "decrease input length or `max_tokens` and try again"
+    )
+    return replace(result, error=replace(error, message=message, param=""))
+
+
+def with_betas(completion: CompletionRequest, request: HttpRequest) -> CompletionRequest:
+    """The request with the `anthropic-beta` header's values (Claude Code sends several),
+    carried to an Anthropic provider and dropped for the rest. A value that isn't a beta's
+    name is left out."""
+    header = request.headers.get("anthropic-beta", "")
+    if not header:
+        return completion
+    betas = tuple(
+        dict.fromkeys(
+            value for value in (part.strip() for part in header.split(",")) if BETA.fullmatch(value)
+        )
+    )[:MAX_BETAS]
+    if not betas:
+        return completion
+    return replace(completion, options=(*completion.options, ("anthropic_beta", betas)))
 
 
 @anthropic_json_errors
@@ -42,15 +81,16 @@ async def messages(request: HttpRequest) -> HttpResponseBase:
     if isinstance(arrival, HttpResponseBase):
         return arrival
     gateway, parsed = arrival.gateway, arrival.parsed
-    found = await routed_by_model(arrival, parsed.completion, anthropic_error)
+    found = await routed_by_model(arrival, with_betas(parsed.completion, request), anthropic_error)
     if isinstance(found, HttpResponseBase):
         return found
     routed, result = found
     headers = failover_headers(result, routed.request_id)
     if result.error is not None:
         record_call(gateway, routed, result, ms_since(started))
-        return routed_error(result, headers, anthropic_error)
-    shape = MessageShape(result, routed.request_id)
+        return routed_error(in_anthropics_words(result), headers, anthropic_error)
+    thinking = parsed.completion.thinking
+    shape = MessageShape(result, routed.request_id, thinking=bool(thinking and thinking.on))
     if parsed.stream:
         events = relay(MessageEvents(shape), gateway, routed, result, started)
         return EventStreamResponse(events, headers=headers)
@@ -68,7 +108,7 @@ async def count_tokens(request: HttpRequest) -> HttpResponseBase:
     gateway, caller, parsed = arrival.gateway, arrival.caller, arrival.parsed
     choice = resolve_model(caller, await gateway.snapshots.current(), parsed.model)
     if isinstance(choice, ApiError):
-        return anthropic_error(choice)
+        return refused(choice, anthropic_error, request, caller, arrival.body)
     completion = parsed.completion
     tools = sum(
         estimate_tokens(f"{tool.name} {tool.description} {codec.dumps_text(tool.parameters)}")

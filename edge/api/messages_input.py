@@ -4,10 +4,14 @@ and `metadata`, each with the JSON Schema that says the same, read with Anthropi
 what a Chat Completions request becomes (the same `Turn`s, `Tool`s and tool choice).
 
 What a block may carry that changes nothing here is taken and left (`cache_control`,
-`citations`); an earlier answer's thinking blocks are left out of the conversation sent on,
-as Anthropic's API drops them from earlier turns itself. Images, documents and the server
-tools Anthropic runs on its side are refused by name: no provider behind the gateway runs
-them for it.
+`citations`). An earlier answer's thinking blocks are kept with the assistant's turn as
+`Thought`s, each naming who wrote it by its signature: they go back only to a provider of that
+kind (`gateway.adapters.messages.Thought`). A system message in the conversation (as Claude
+Code sends them) is kept at its place: a dialect that takes one system prompt only joins them
+into it in order. Images, documents and the server tools Anthropic runs on its side are
+refused by name: no provider behind the gateway runs them for it.
+
+A problem is named by its path as Anthropic names it: `messages.3.content.0.type`.
 """
 
 from __future__ import annotations
@@ -17,15 +21,16 @@ from dataclasses import replace
 from typing import Any
 
 from edge.api.chat_messages import MAX_MESSAGES, MAX_STOP_SEQUENCES
-from edge.api.chat_tools import MAX_TOOLS, NAME, NAME_RULE
+from edge.api.chat_tools import NAME
 from edge.api.fields import JsonSchema, invalid
+from edge.api.images import ANTHROPIC_IMAGE_BLOCK, anthropic_block, unsupported_content
 from edge.api.json_body import ApiError
-from gateway.adapters.messages import Tool, ToolCall, Turn
+from gateway.adapters.messages import Image, Thought, ToolCall, Turn
 
 NAME_PATTERN = f"^{NAME.pattern}$"
-# An earlier answer's thinking: dropped from the conversation sent on, as Anthropic drops it.
+# An earlier answer's thinking: kept with its turn, for the provider kind that wrote it.
 THINKING_BLOCKS = frozenset({"thinking", "redacted_thinking"})
-MEDIA_BLOCKS = frozenset({"image", "document", "search_result", "container_upload"})
+MEDIA_BLOCKS = frozenset({"document", "search_result", "container_upload"})
 
 TEXT_BLOCK: JsonSchema = {
     "type": "object",
@@ -48,14 +53,24 @@ TOOL_RESULT_BLOCK: JsonSchema = {
     "properties": {
         "type": {"const": "tool_result"},
         "tool_use_id": {"type": "string", "minLength": 1},
-        "content": {"anyOf": [{"type": "string"}, {"type": "array", "items": TEXT_BLOCK}]},
+        "content": {
+            "anyOf": [
+                {"type": "string"},
+                {"type": "array", "items": {"anyOf": [TEXT_BLOCK, ANTHROPIC_IMAGE_BLOCK]}},
+            ]
+        },
         "is_error": {"type": "boolean"},
     },
 }
 THINKING_BLOCK: JsonSchema = {
     "type": "object",
     "required": ["type"],
-    "properties": {"type": {"enum": sorted(THINKING_BLOCKS)}},
+    "properties": {
+        "type": {"enum": sorted(THINKING_BLOCKS)},
+        "thinking": {"type": "string"},
+        "signature": {"type": "string"},
+        "data": {"type": "string"},
+    },
 }
 MESSAGES_SCHEMA: JsonSchema = {
     "type": "array",
@@ -65,14 +80,20 @@ MESSAGES_SCHEMA: JsonSchema = {
         "type": "object",
         "required": ["role", "content"],
         "properties": {
-            "role": {"enum": ["user", "assistant"]},
+            "role": {"enum": ["user", "assistant", "system"]},
             "content": {
                 "anyOf": [
                     {"type": "string"},
                     {
                         "type": "array",
                         "items": {
-                            "anyOf": [TEXT_BLOCK, TOOL_USE_BLOCK, TOOL_RESULT_BLOCK, THINKING_BLOCK]
+                            "anyOf": [
+                                TEXT_BLOCK,
+                                ANTHROPIC_IMAGE_BLOCK,
+                                TOOL_USE_BLOCK,
+                                TOOL_RESULT_BLOCK,
+                                THINKING_BLOCK,
+                            ]
                         },
                     },
                 ]
@@ -82,34 +103,6 @@ MESSAGES_SCHEMA: JsonSchema = {
 }
 SYSTEM_SCHEMA: JsonSchema = {
     "anyOf": [{"type": "null"}, {"type": "string"}, {"type": "array", "items": TEXT_BLOCK}]
-}
-TOOLS_SCHEMA: JsonSchema = {
-    "type": ["array", "null"],
-    "maxItems": MAX_TOOLS,
-    "items": {
-        "type": "object",
-        "required": ["name", "input_schema"],
-        "properties": {
-            "type": {"const": "custom"},
-            "name": {"type": "string", "pattern": NAME_PATTERN},
-            "description": {"type": ["string", "null"]},
-            "input_schema": {"type": "object"},
-        },
-    },
-}
-TOOL_CHOICE_SCHEMA: JsonSchema = {
-    "anyOf": [
-        {"type": "null"},
-        {
-            "type": "object",
-            "required": ["type"],
-            "properties": {
-                "type": {"enum": ["auto", "any", "none", "tool"]},
-                "name": {"type": "string"},
-                "disable_parallel_tool_use": {"type": "boolean"},
-            },
-        },
-    ]
 }
 STOP_SEQUENCES_SCHEMA: JsonSchema = {
     "type": ["array", "null"],
@@ -121,8 +114,6 @@ METADATA_SCHEMA: JsonSchema = {
     "properties": {"user_id": {"type": ["string", "null"], "maxLength": 256}},
     "additionalProperties": False,
 }
-# Anthropic's choices in the chat endpoint's words.
-CHOICES = {"auto": "auto", "any": "required", "none": "none"}
 
 
 def _unsupported(message: str, at: str) -> ApiError:
@@ -130,20 +121,37 @@ def _unsupported(message: str, at: str) -> ApiError:
 
 
 def _texts(content: Any, at: str) -> str | ApiError:
-    """A string, or text blocks joined by new lines; an image or a document is refused."""
+    """A string, or text blocks joined by new lines."""
+    found = _content(content, at, images=False)
+    return found if isinstance(found, ApiError) else found[0]
+
+
+def _content(
+    content: Any, at: str, *, images: bool = True
+) -> tuple[str, tuple[Image, ...]] | ApiError:
+    """A string, or text blocks (joined by new lines) and, where `images`, image blocks; a
+    document is refused."""
     if isinstance(content, str):
-        return content
+        return content, ()
     if not isinstance(content, list):
         return invalid(at, f"'{at}' must be a string or a list of text blocks.")
-    texts = []
+    texts, found = [], []
     for index, block in enumerate(content):
         kind = block.get("type") if isinstance(block, dict) else None
         if isinstance(kind, str) and kind in MEDIA_BLOCKS:
-            return _unsupported(f"Only text is supported here: {kind} blocks are not.", at)
+            return unsupported_content(f"{kind} blocks", f"{at}.{index}.type")
+        if images and kind == "image":
+            assert isinstance(block, dict)
+            image = anthropic_block(block, f"{at}.{index}")
+            if isinstance(image, ApiError):
+                return image
+            found.append(image)
+            continue
         if kind != "text" or not isinstance(block.get("text"), str):
-            return invalid(f"{at}[{index}]", "Each block here is a text block.")
+            what = "a text or an image block" if images else "a text block"
+            return invalid(f"{at}.{index}", f"Each block here is {what}.")
         texts.append(block["text"])
-    return "\n".join(texts)
+    return "\n".join(texts), tuple(found)
 
 
 def parse_system(value: Any, body: dict[str, Any]) -> Any:
@@ -151,6 +159,20 @@ def parse_system(value: Any, body: dict[str, Any]) -> Any:
     if value is None:
         return ""
     return _texts(value, "system")
+
+
+def _thought(block: dict[str, Any], at: str) -> Thought | ApiError:
+    if block["type"] == "redacted_thinking":
+        data = block.get("data")
+        if not isinstance(data, str):
+            return invalid(f"{at}.data", "A redacted_thinking block's 'data' must be a string.")
+        return Thought("", "anthropic", redacted=data)
+    text, signature = block.get("thinking"), block.get("signature", "")
+    if not isinstance(text, str):
+        return invalid(f"{at}.thinking", "A thinking block's 'thinking' must be a string.")
+    if not isinstance(signature, str):
+        return invalid(f"{at}.signature", "A thinking block's 'signature' must be a string.")
+    return Thought.signed(text, signature)
 
 
 def _block(
@@ -161,14 +183,35 @@ def _block(
     if not isinstance(block, dict) or not isinstance(kind, str):
         return invalid(at, "Each content block is an object with a 'type'.")
     if kind in THINKING_BLOCKS:
+        if role != "assistant":
+            return invalid(f"{at}.type", f"A {kind} block belongs to an assistant message.")
+        thought = _thought(block, at)
+        if isinstance(thought, ApiError):
+            return thought
+        if turns and turns[-1].role == "assistant" and not turns[-1].text:
+            last = turns[-1]
+            turns[-1] = replace(last, thoughts=(*last.thoughts, thought))
+        else:
+            turns.append(Turn("assistant", thoughts=(thought,)))
         return None
     if kind in MEDIA_BLOCKS:
-        return _unsupported(f"Only text is supported: {kind} blocks are not.", f"{at}.type")
+        return unsupported_content(f"{kind} blocks", f"{at}.type")
+    if kind == "image":
+        if role != "user":
+            return invalid(f"{at}.type", "An image block belongs to a user message.")
+        image = anthropic_block(block, at)
+        if isinstance(image, ApiError):
+            return image
+        if turns and turns[-1].role == "user":
+            turns[-1] = replace(turns[-1], images=(*turns[-1].images, image))
+        else:
+            turns.append(Turn("user", images=(image,)))
+        return None
     if kind == "text":
         text = block.get("text")
         if not isinstance(text, str):
             return invalid(f"{at}.text", "A text block's 'text' must be a string.")
-        if turns and turns[-1].role == role:  # a message's text blocks: one turn
+        if turns and turns[-1].role == role and role != "system":  # a message's text: one turn
             turns[-1] = replace(turns[-1], text="\n".join(filter(None, (turns[-1].text, text))))
         else:
             turns.append(Turn(role, text))
@@ -196,12 +239,13 @@ def _block(
             return invalid(
                 f"{at}.tool_use_id", f"No earlier tool_use block has the id '{call_id}'."
             )
-        text = _texts(block.get("content", ""), f"{at}.content")
-        if isinstance(text, ApiError):
-            return text
+        found = _content(block.get("content", ""), f"{at}.content")
+        if isinstance(found, ApiError):
+            return found
+        text, images = found
         if block.get("is_error") is True:
             text = f"Error: {text}" if text else "Error"
-        turns.append(Turn("tool", text, tool_call_id=call_id, name=calls[call_id]))
+        turns.append(Turn("tool", text, tool_call_id=call_id, name=calls[call_id], images=images))
         return None
     return _unsupported(
         f"Content blocks are text, tool_use and tool_result here, not '{kind}': this gateway "
@@ -220,20 +264,29 @@ def parse_messages(value: Any, body: dict[str, Any]) -> Any:
     turns: list[Turn] = []
     calls: dict[str, str] = {}  # the calls made so far: tool_use id → tool name
     for index, message in enumerate(value):
-        at = f"messages[{index}]"
+        at = f"messages.{index}"
         role = message.get("role") if isinstance(message, dict) else None
-        if role not in ("user", "assistant"):
-            return invalid(f"{at}.role", "'role' must be user or assistant.")
+        if role not in ("user", "assistant", "system"):
+            return invalid(f"{at}.role", "'role' must be user, assistant or system.")
         assert isinstance(message, dict)
         content = message.get("content")
+        if role == "system":
+            text = _texts(content, f"{at}.content")
+            if isinstance(text, ApiError):
+                return text
+            turns.append(Turn("system", text))
+            continue
         blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
         if not isinstance(blocks, list):
             return invalid(f"{at}.content", "'content' must be a string or a list of blocks.")
         for place, block in enumerate(blocks):
-            problem = _block(block, f"{at}.content[{place}]", role, turns, calls)
+            problem = _block(block, f"{at}.content.{place}", role, turns, calls)
             if problem is not None:
                 return problem
-    if value[-1].get("role") != "user" or not turns or turns[-1].role == "assistant":
+    # A system message may come last (Claude Code's does): the user's is the last spoken.
+    spoken = [turn for turn in turns if turn.role != "system"]
+    last_role = next((m.get("role") for m in reversed(value) if m.get("role") != "system"), "")
+    if last_role != "user" or not spoken or spoken[-1].role == "assistant":
         return invalid(
             "messages",
             "The last message must be the user's: an assistant's message to continue from "
@@ -241,71 +294,15 @@ def parse_messages(value: Any, body: dict[str, Any]) -> Any:
         )
     users = [turn for turn in turns if turn.role == "user"]
     prompt = users[-1].text if users else ""
-    if turns[-1].role == "user" and not prompt.strip():
+    if spoken[-1].role == "user" and not prompt.strip() and not spoken[-1].images:
         return invalid("messages", "The question cannot be blank.")
-    if calls or body.get("tools"):
+    if calls or body.get("tools") or any(turn.images for turn in turns):
         return prompt, (), tuple(turns)
-    return prompt, tuple((t.role, t.text) for t in turns[:-1]), ()
-
-
-def parse_tools(value: Any, body: dict[str, Any]) -> Any:
-    """The client tools offered, as `Tool`s (() when none); a server tool is refused."""
-    if value is None or value == []:
-        return ()
-    if not isinstance(value, list) or len(value) > MAX_TOOLS:
-        return invalid("tools", f"'tools' must be a list of at most {MAX_TOOLS} tools.")
-    tools: list[Tool] = []
-    for index, item in enumerate(value):
-        at = f"tools[{index}]"
-        if not isinstance(item, dict):
-            return invalid(at, "Each tool is an object.")
-        kind = item.get("type", "custom")
-        if kind != "custom":
-            return _unsupported(
-                f"Only client tools (name, input_schema) are supported, not '{kind}': this "
-                "gateway runs no server tools.",
-                f"{at}.type",
-            )
-        name, description, schema = (
-            item.get("name"),
-            item.get("description"),
-            item.get("input_schema"),
-        )
-        if not isinstance(name, str) or not NAME.fullmatch(name):
-            return invalid(f"{at}.name", f"A tool's name is {NAME_RULE}.")
-        if any(tool.name == name for tool in tools):
-            return invalid(f"{at}.name", f"Two tools are named '{name}'.")
-        if description is not None and not isinstance(description, str):
-            return invalid(f"{at}.description", "A description must be a string.")
-        if not isinstance(schema, dict):
-            return invalid(f"{at}.input_schema", "'input_schema' must be a JSON Schema object.")
-        tools.append(Tool(name, description or "", schema))
-    return tuple(tools)
-
-
-def parse_tool_choice(value: Any, body: dict[str, Any]) -> Any:
-    """("" when not sent, none / auto / required, or the name of the one tool to call;
-    whether the model may call several tools at once)."""
-    if value is None:
-        return "", True
-    tools: list[Any] = body["tools"] if isinstance(body.get("tools"), list) else []
-    offered = {tool.get("name") for tool in tools if isinstance(tool, dict)}
-    kind = value.get("type") if isinstance(value, dict) else None
-    if not isinstance(value, dict) or kind not in (*CHOICES, "tool"):
-        return invalid("tool_choice", "tool_choice's type is auto, any, none or tool.")
-    parallel = value.get("disable_parallel_tool_use", False)
-    if not isinstance(parallel, bool):
-        return invalid("tool_choice.disable_parallel_tool_use", "It must be true or false.")
-    if not offered:
-        return invalid("tool_choice", "'tool_choice' is only allowed when 'tools' are given.")
-    if kind != "tool":
-        return CHOICES[kind], not parallel
-    name = value.get("name")
-    if not isinstance(name, str) or name not in offered:
-        return invalid(
-            "tool_choice.name", f"'tool_choice' names '{name}', which is not in 'tools'."
-        )
-    return name, not parallel
+    # A plain conversation: the question last (a system message after it goes just before
+    # it); its earlier thinking has nowhere to go (only a conversation of turns carries it).
+    last = max(at for at, turn in enumerate(turns) if turn.role == "user")
+    before = [*turns[:last], *turns[last + 1 :]]
+    return prompt, tuple((t.role, t.text) for t in before if t.text or not t.thoughts), ()
 
 
 def parse_stop_sequences(value: Any, body: dict[str, Any]) -> Any:

@@ -4,14 +4,17 @@ fields (`edge/api/fields.py`) with Anthropic's rules: `max_tokens` required, `te
 from 0 to 1, an unknown field refused as Anthropic refuses it.
 
 `model` is read as on the OpenAI endpoints (`auto`, a provider, a model alias, or a model a
-provider serves), so an Anthropic client names the gateway's models, not Claude's. What needs
-Anthropic's own machinery (extended thinking, server tools, MCP servers, containers) is
-refused by name.
+provider serves), so an Anthropic client names the gateway's models, not Claude's. Extended
+thinking (`thinking`, `output_config.effort`) becomes the request's `Thinking`, asked of each
+provider in its own words; Anthropic's own settings (`context_management`, `top_k`, the
+`anthropic-beta` header) are carried to Anthropic and dropped elsewhere, named in the answer's
+X-Failover-Dropped header. What needs Anthropic's own machinery and has no stand-in (MCP
+servers, containers) is refused by name.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from edge.api.chat_request import CHAT_FIELDS, unsupported
@@ -22,40 +25,36 @@ from edge.api.messages_input import (
     METADATA_SCHEMA,
     STOP_SEQUENCES_SCHEMA,
     SYSTEM_SCHEMA,
-    TOOL_CHOICE_SCHEMA,
-    TOOLS_SCHEMA,
     parse_messages,
     parse_metadata,
     parse_stop_sequences,
     parse_system,
+)
+from edge.api.messages_thinking import (
+    CONTEXT_MANAGEMENT_SCHEMA,
+    OUTPUT_CONFIG_SCHEMA,
+    OUTPUT_FORMAT_SCHEMA,
+    THINKING_SCHEMA,
+    parse_context_management,
+    parse_output_config,
+    parse_output_format,
+    parse_thinking,
+)
+from edge.api.messages_tools import (
+    TOOL_CHOICE_SCHEMA,
+    TOOLS_SCHEMA,
     parse_tool_choice,
     parse_tools,
 )
 from edge.api.validation import MAX_TOKENS_LIMIT, ROUTING_FIELDS
+from gateway.adapters import params
 from gateway.adapters.messages import CompletionRequest
 
 # Anthropic's largest output; past the gateway's own limit a request asks for that limit.
 MAX_TOKENS_TAKEN = 128_000
 UNSUPPORTED_FIELDS = (
     unsupported("container", "containers are Anthropic's code execution: not run here."),
-    unsupported("context_management", "context management is not supported."),
     unsupported("mcp_servers", "MCP servers are not run by this gateway: offer them as tools."),
-    Field(
-        "thinking",
-        "any",
-        'Not supported: extended thinking. {"type": "disabled"} is taken.',
-        parse=lambda value, body: (
-            None
-            if value is None or value == {"type": "disabled"}
-            else ApiError(
-                400,
-                "unsupported_parameter",
-                "extended thinking is not supported by this gateway.",
-                "thinking",
-            )
-        ),
-        fragment={"anyOf": [{"type": "null"}, {"const": {"type": "disabled"}}]},
-    ),
 )
 # The extra field Anthropic's API names for anything else.
 ANTHROPIC_UNKNOWN = "{name}: Extra inputs are not permitted"
@@ -93,8 +92,44 @@ TOOL_CHOICE = Field(
     parse=parse_tool_choice,
     fragment=TOOL_CHOICE_SCHEMA,
 )
+THINKING = Field(
+    "thinking",
+    "any",
+    'Extended thinking: {"type": "enabled", "budget_tokens": N}, {"type": "adaptive"} or '
+    '{"type": "disabled"}. Asked of each provider whose model thinks in its own words '
+    "(Anthropic's thinking, OpenAI's reasoning_effort, Ollama's think); what the model "
+    "thought comes back as thinking blocks. Dropped for a provider whose model doesn't think.",
+    parse=parse_thinking,
+    fragment=THINKING_SCHEMA,
+)
+OUTPUT_CONFIG = Field(
+    "output_config",
+    "any",
+    '{"effort": "low" | "medium" | "high" | "max", "format": {"type": "json_schema", '
+    "\"schema\": {...}}}: the effort is the thinking's, the format the answer's JSON. "
+    f"{params.described('output_config')}",
+    parse=parse_output_config,
+    fragment=OUTPUT_CONFIG_SCHEMA,
+)
+CONTEXT_MANAGEMENT = Field(
+    "context_management",
+    "any",
+    "Anthropic's context editing (clearing old tool results or thinking). "
+    f"{params.described('context_management')}",
+    parse=parse_context_management,
+    fragment=CONTEXT_MANAGEMENT_SCHEMA,
+)
 # The same conversation and tools, for a count of its tokens.
-COUNT_FIELDS = (MODEL, MESSAGES, SYSTEM, TOOLS, TOOL_CHOICE)
+COUNT_FIELDS = (
+    MODEL,
+    MESSAGES,
+    SYSTEM,
+    TOOLS,
+    TOOL_CHOICE,
+    THINKING,
+    OUTPUT_CONFIG,
+    CONTEXT_MANAGEMENT,
+)
 MESSAGES_FIELDS = (
     MODEL,
     MESSAGES,
@@ -111,6 +146,15 @@ MESSAGES_FIELDS = (
     SYSTEM,
     Field("temperature", "number", "Sampling temperature, 0 to 1.", minimum=0, maximum=1),
     Field("top_p", "number", "Nucleus sampling.", minimum=0, maximum=1),
+    Field(
+        "top_k",
+        "integer",
+        f"Sampling from the top K tokens only. {params.described('top_k')}",
+        minimum=0,
+    ),
+    THINKING,
+    OUTPUT_CONFIG,
+    CONTEXT_MANAGEMENT,
     Field(
         "stop_sequences",
         "any",
@@ -133,6 +177,24 @@ MESSAGES_FIELDS = (
         "string",
         "Taken and left: the gateway's routing decides who answers.",
         enum=("auto", "standard_only"),
+    ),
+    Field(
+        "output_format",
+        "any",
+        'The answer\'s JSON ({"type": "json_schema", "schema": {...}}), as output_config\'s '
+        "format says it.",
+        parse=parse_output_format,
+        fragment=OUTPUT_FORMAT_SCHEMA,
+    ),
+    *(
+        Field(
+            name,
+            "any",
+            f"Anthropic's own setting. {params.described(name)}",
+            parse=lambda value, body: value,
+            fragment={},
+        )
+        for name in params.ANTHROPIC_SETTINGS
     ),
     *ROUTING_FIELDS,
 )
@@ -158,10 +220,21 @@ def _completion(values: dict[str, Any], *, user: str = "", **sampling: Any) -> C
     prompt, history, turns = values["messages"]
     tool_choice, parallel = values["tool_choice"]
     tools = values["tools"]
+    effort, output_config, output = values.get("output_config") or ("", None, None)
+    carried = {
+        "top_k": values.get("top_k"),
+        "output_config": output_config,
+        "context_management": values.get("context_management"),
+        **{name: values.get(name) for name in params.ANTHROPIC_SETTINGS},
+    }
     options = (
         *([("user", user)] if user else []),
         *([("parallel_tool_calls", False)] if tools and not parallel else []),
+        *((name, value) for name, value in carried.items() if value is not None),
     )
+    thinking = values.get("thinking")
+    if effort and thinking is not None and thinking.on:
+        thinking = replace(thinking, effort=effort)
     return CompletionRequest(
         prompt=prompt,
         system_prompt=values["system"],
@@ -170,6 +243,8 @@ def _completion(values: dict[str, Any], *, user: str = "", **sampling: Any) -> C
         tools=tools,
         tool_choice=tool_choice,
         options=options,
+        thinking=thinking,
+        output=output or values.get("output_format"),
         **sampling,
     )
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from edge.api.fields import JsonSchema
 from edge.api.messages_shapes import ERROR_TYPES, STOP_REASONS
 from edge.api.openai_shapes import FAILOVER_SCHEMA
-from edge.api.responses_shapes import INTEGER as COUNT
-from edge.api.responses_shapes import STRING, typed_events
+from edge.api.responses_schemas import INTEGER as COUNT
+from edge.api.responses_schemas import STRING, typed_events
 
 TEXT_BLOCK: JsonSchema = {
     "type": "object",

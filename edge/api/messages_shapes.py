@@ -48,7 +48,12 @@ def error_type(status: int) -> str:
 
 
 def anthropic_error_body(error: ApiError) -> dict[str, Any]:
-    return {"type": "error", "error": {"type": error_type(error.status), "message": error.message}}
+    """Anthropic's error shape; a problem with one field names its path first, as Anthropic's
+    own messages do (`messages.3.role: ...`)."""
+    message = error.message
+    if error.field and not message.startswith(error.field):
+        message = f"{error.field}: {message}"
+    return {"type": "error", "error": {"type": error_type(error.status), "message": message}}
 
 
 def anthropic_error(error: ApiError) -> JsonAnswer:
@@ -71,6 +76,12 @@ BROKEN = _event(
 PING = _event("ping", {})
 
 
+def tool_use_id(call_id: str) -> str:
+    """A call's id as Anthropic spells them (`toolu_…`), whoever made it; a client sends it
+    back as it got it, and every dialect takes it so."""
+    return call_id if call_id.startswith("toolu_") else f"toolu_{call_id}"
+
+
 def tool_input(call: ToolCall) -> dict[str, Any]:
     """A call's arguments (JSON text) as the object Anthropic's tool_use block holds."""
     try:
@@ -83,8 +94,9 @@ def tool_input(call: ToolCall) -> dict[str, Any]:
 class MessageShape:
     """The answer in Anthropic's words, whole or as stream events."""
 
-    def __init__(self, result: RouteResult, request_id: str) -> None:
+    def __init__(self, result: RouteResult, request_id: str, *, thinking: bool = False) -> None:
         self.result = result
+        self.thinking = thinking  # the caller asked for thinking: what the model thought is given
         self.id = f"msg_{request_id.replace('-', '')}"
         self.request_id = request_id
         # Who answered: the provider's name, or the tier that stood in for one.
@@ -102,10 +114,23 @@ class MessageShape:
     def message(self) -> dict[str, Any]:
         result = self.result
         content: list[dict[str, Any]] = []
+        if self.thinking and result.reasoning:
+            content.append(
+                {
+                    "type": "thinking",
+                    "thinking": result.reasoning,
+                    "signature": result.reasoning_signature,
+                }
+            )
         if result.text:
             content.append({"type": "text", "text": result.text})
         content += [
-            {"type": "tool_use", "id": call.id, "name": call.name, "input": tool_input(call)}
+            {
+                "type": "tool_use",
+                "id": tool_use_id(call.id),
+                "name": call.name,
+                "input": tool_input(call),
+            }
             for call in result.tool_calls
         ]
         return {
@@ -120,8 +145,8 @@ class MessageShape:
 
 class MessageEvents:
     """A stream's events (`edge.api.openai_common.Frames`): one content block at a time, a
-    text block for text, a tool_use block for each call; the model's thinking is not sent (no
-    extended thinking was asked for)."""
+    thinking block for the model's thinking (when the caller asked for it; its signature last,
+    as Anthropic sends it), a text block for text, a tool_use block for each call."""
 
     def __init__(self, shape: MessageShape) -> None:
         self.shape = shape
@@ -150,12 +175,28 @@ class MessageEvents:
     def _stop(self) -> list[bytes]:
         if not self.open:
             return []
+        events = []
+        if self.open == "thinking":
+            stream = self.shape.result.stream
+            signature = stream.reasoning_signature if stream is not None else ""
+            delta = {"type": "signature_delta", "signature": signature}
+            events.append(_event("content_block_delta", {"index": self.index, "delta": delta}))
         self.open = ""
-        return [_event("content_block_stop", {"index": self.index})]
+        events.append(_event("content_block_stop", {"index": self.index}))
+        return events
 
     def piece(self, piece: Piece) -> Iterable[bytes]:
         if isinstance(piece, Reasoning):
-            return []
+            if not self.shape.thinking or not piece.text:
+                return []
+            events = (
+                []
+                if self.open == "thinking"
+                else self._start({"type": "thinking", "thinking": "", "signature": ""})
+            )
+            delta = {"type": "thinking_delta", "thinking": piece.text}
+            events.append(_event("content_block_delta", {"index": self.index, "delta": delta}))
+            return events
         if isinstance(piece, str):
             if not piece:
                 return []
@@ -165,7 +206,12 @@ class MessageEvents:
             assert isinstance(piece, ToolCallDelta)
             events = []
             if piece.id or piece.name or self.open != "tool_use":
-                block = {"type": "tool_use", "id": piece.id, "name": piece.name, "input": {}}
+                block = {
+                    "type": "tool_use",
+                    "id": tool_use_id(piece.id),
+                    "name": piece.name,
+                    "input": {},
+                }
                 events = self._start(block)
             if not piece.arguments:
                 return events

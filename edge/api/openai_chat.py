@@ -73,6 +73,7 @@ async def chat_completions(request: HttpRequest) -> HttpResponseBase:
             tool_choice=parsed.tool_choice,
             output=parsed.output,
             options=parsed.options,
+            thinking=parsed.thinking,
         ),
     )
     if isinstance(found, HttpResponseBase):
@@ -103,10 +104,10 @@ async def routed_by_model(
     gateway, caller, parsed = arrival.gateway, arrival.caller, arrival.parsed
     choice = resolve_model(caller, await gateway.snapshots.current(), parsed.model)
     if isinstance(choice, ApiError):
-        return render(choice)
+        return refused(choice, render, arrival.request, caller, arrival.body)
     ticket = await caller_admitted(caller, gateway, priority=parsed.priority, prefer=choice.prefer)
     if isinstance(ticket, Refusal):
-        return refused(ticket, render)
+        return refused(ticket, render, arrival.request, caller, arrival.body)
     routed = route_request(
         parsed,
         completion,

@@ -18,8 +18,8 @@ from edge.api.models import MODEL_SCHEMA, MODELS_SCHEMA
 from edge.api.openai_shapes import CHUNK_SCHEMA, COMPLETION_SCHEMA, stream_event_schema
 from edge.api.openai_shapes import ERROR_SCHEMA as OPENAI_ERROR_SCHEMA
 from edge.api.responses_request import responses_body_schema
-from edge.api.responses_shapes import RESPONSE_SCHEMA
-from edge.api.responses_shapes import stream_event_schema as response_event_schema
+from edge.api.responses_schemas import RESPONSE_SCHEMA
+from edge.api.responses_schemas import stream_event_schema as response_event_schema
 from edge.api.status import STATUS_SCHEMA
 from edge.api.validation import complete_body_schema
 from edge.probes import HEALTHZ_SCHEMA, READYZ_SCHEMA

@@ -13,10 +13,11 @@ from edge.api.chat_messages import (
     ROLES,
     SYSTEM_ROLES,
 )
-from edge.api.chat_tools import CHOICES, MAX_TOOLS, NAME, NAME_RULE
+from edge.api.chat_tools import NAME, NAME_RULE
 from edge.api.fields import NOT_BLANK, JsonSchema, invalid
+from edge.api.images import IMAGE_URL, by_url, unsupported_content
 from edge.api.json_body import ApiError
-from gateway.adapters.messages import OutputFormat, Tool, ToolCall, Turn
+from gateway.adapters.messages import Image, OutputFormat, Thought, ToolCall, Turn
 
 TEXT_TYPES = ("input_text", "output_text")
 NAME_PATTERN = f"^{NAME.pattern}$"
@@ -25,13 +26,23 @@ TEXT_PART: JsonSchema = {
     "required": ["type", "text"],
     "properties": {"type": {"enum": list(TEXT_TYPES)}, "text": {"type": "string"}},
 }
+IMAGE_PART: JsonSchema = {
+    "type": "object",
+    "required": ["type", "image_url"],
+    "properties": {
+        "type": {"const": "input_image"},
+        "image_url": IMAGE_URL,
+        "detail": {"enum": ["auto", "low", "high"]},
+    },
+}
+PARTS: JsonSchema = {"type": "array", "items": {"anyOf": [TEXT_PART, IMAGE_PART]}}
 MESSAGE_ITEM: JsonSchema = {
     "type": "object",
     "required": ["role", "content"],
     "properties": {
         "type": {"const": "message"},
         "role": {"enum": list(ROLES)},
-        "content": {"anyOf": [{"type": "string"}, {"type": "array", "items": TEXT_PART}]},
+        "content": {"anyOf": [{"type": "string"}, PARTS]},
     },
 }
 CALL_ID: JsonSchema = {"type": "string", "minLength": 1}
@@ -51,7 +62,7 @@ OUTPUT_ITEM: JsonSchema = {
     "properties": {
         "type": {"const": "function_call_output"},
         "call_id": CALL_ID,
-        "output": {"anyOf": [{"type": "string"}, {"type": "array", "items": TEXT_PART}]},
+        "output": {"anyOf": [{"type": "string"}, PARTS]},
     },
 }
 INPUT_SCHEMA: JsonSchema = {
@@ -62,32 +73,6 @@ INPUT_SCHEMA: JsonSchema = {
             "minItems": 1,
             "maxItems": MAX_MESSAGES,
             "items": {"anyOf": [MESSAGE_ITEM, FUNCTION_CALL_ITEM, OUTPUT_ITEM]},
-        },
-    ]
-}
-TOOLS_SCHEMA: JsonSchema = {
-    "type": ["array", "null"],
-    "maxItems": MAX_TOOLS,
-    "items": {
-        "type": "object",
-        "required": ["type", "name"],
-        "properties": {
-            "type": {"const": "function"},
-            "name": {"type": "string", "pattern": NAME_PATTERN},
-            "description": {"type": ["string", "null"]},
-            "parameters": {"type": ["object", "null"]},
-            "strict": {"type": ["boolean", "null"]},
-        },
-    },
-}
-TOOL_CHOICE_SCHEMA: JsonSchema = {
-    "anyOf": [
-        {"type": "null"},
-        {"enum": list(CHOICES)},
-        {
-            "type": "object",
-            "required": ["type", "name"],
-            "properties": {"type": {"const": "function"}, "name": {"type": "string"}},
         },
     ]
 }
@@ -113,7 +98,10 @@ FORMAT_SCHEMA: JsonSchema = {
 }
 TEXT_SCHEMA: JsonSchema = {
     "type": ["object", "null"],
-    "properties": {"format": {"anyOf": [{"type": "null"}, FORMAT_SCHEMA]}},
+    "properties": {
+        "format": {"anyOf": [{"type": "null"}, FORMAT_SCHEMA]},
+        "verbosity": {"type": ["string", "null"], "enum": ["low", "medium", "high", None]},
+    },
     "additionalProperties": False,
 }
 MAX_METADATA = 16
@@ -127,25 +115,38 @@ METADATA_SCHEMA: JsonSchema = {
 
 def _text(content: Any, where: str) -> str | ApiError:
     """Text, or text parts (input_text / output_text) joined by new lines."""
+    found = _content(content, where, images=False)
+    return found if isinstance(found, ApiError) else found[0]
+
+
+def _content(
+    content: Any, where: str, *, images: bool = True
+) -> tuple[str, tuple[Image, ...]] | ApiError:
+    """Text, or text parts (input_text / output_text) joined by new lines, and where
+    `images`, input_image parts."""
     if isinstance(content, str):
-        return content
+        return content, ()
     if not isinstance(content, list):
-        return invalid(where, f"'{where}' must be a string or a list of text parts.")
-    texts = []
+        return invalid(where, f"'{where}' must be a string or a list of content parts.")
+    texts, found = [], []
     for index, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
+        at = f"{where}[{index}]"
+        if images and kind == "input_image":
+            assert isinstance(part, dict)
+            if part.get("file_id") is not None:
+                return unsupported_content("stored files", f"{at}.file_id")
+            image = by_url(part.get("image_url"), f"{at}.image_url")
+            if isinstance(image, ApiError):
+                return image
+            found.append(image)
+            continue
         if kind in ("input_image", "input_file", "input_audio"):
-            what = kind.removeprefix("input_")
-            return ApiError(
-                400,
-                "unsupported_parameter",
-                f"Only text input is supported: {what} inputs are not.",
-                f"{where}[{index}]",
-            )
+            return unsupported_content(f"{kind} parts", at)
         if kind not in TEXT_TYPES or not isinstance(part.get("text"), str):
-            return invalid(f"{where}[{index}]", "A content part is input_text or output_text.")
+            return invalid(at, "A content part is input_text, output_text or input_image.")
         texts.append(part["text"])
-    return "\n".join(texts)
+    return "\n".join(texts), tuple(found)
 
 
 def _item(item: Any, at: str, turns: list[Turn], calls: dict[str, str]) -> str | ApiError | None:
@@ -157,10 +158,28 @@ def _item(item: Any, at: str, turns: list[Turn], calls: dict[str, str]) -> str |
         role = item.get("role")
         if role not in ROLES:
             return invalid(f"{at}.role", "'role' must be user, assistant, system or developer.")
-        text = _text(item.get("content"), f"{at}.content")
-        if isinstance(text, ApiError) or role in SYSTEM_ROLES:
+        found = _content(item.get("content"), f"{at}.content", images=role == "user")
+        if isinstance(found, ApiError):
+            return found
+        text, images = found
+        if role in SYSTEM_ROLES:
             return text
-        turns.append(Turn(role, text))
+        if role == "assistant" and turns and _only_thought(turns[-1]):
+            turns[-1] = replace(turns[-1], text=text)  # the reasoning before this message
+        else:
+            turns.append(Turn(role, text, images=images))
+        return None
+    if kind == "reasoning":
+        # An earlier answer's reasoning, replayed: its summary kept with the assistant's turn,
+        # which no chat provider takes back (dropped, and named so).
+        summary = item.get("summary")
+        parts = summary if isinstance(summary, list) else []
+        texts = [p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)]
+        thought = Thought("\n".join(texts), "openai-responses")
+        if turns and _only_thought(turns[-1]):
+            turns[-1] = replace(turns[-1], thoughts=(*turns[-1].thoughts, thought))
+        else:
+            turns.append(Turn("assistant", thoughts=(thought,)))
         return None
     call_id = item["call_id"] if isinstance(item.get("call_id"), str) else ""
     if kind in ("function_call", "function_call_output") and not call_id:
@@ -181,10 +200,11 @@ def _item(item: Any, at: str, turns: list[Turn], calls: dict[str, str]) -> str |
             return invalid(
                 f"{at}.call_id", f"No earlier function_call item has the call_id '{call_id}'."
             )
-        text = _text(item.get("output"), f"{at}.output")
-        if isinstance(text, ApiError):
-            return text
-        turns.append(Turn("tool", text, tool_call_id=call_id, name=calls[call_id]))
+        found = _content(item.get("output"), f"{at}.output")
+        if isinstance(found, ApiError):
+            return found
+        text, images = found
+        turns.append(Turn("tool", text, tool_call_id=call_id, name=calls[call_id], images=images))
         return None
     if kind == "item_reference":
         return ApiError(
@@ -193,8 +213,14 @@ def _item(item: Any, at: str, turns: list[Turn], calls: dict[str, str]) -> str |
     return ApiError(
         400,
         "unsupported_parameter",
-        "Input items are messages, function_call and function_call_output items only.",
+        "Input items are messages, reasoning, function_call and function_call_output items only.",
         f"{at}.type",
+    )
+
+
+def _only_thought(turn: Turn) -> bool:
+    return (
+        turn.role == "assistant" and not turn.text and not turn.tool_calls and bool(turn.thoughts)
     )
 
 
@@ -222,77 +248,30 @@ def parse_input(value: Any, body: dict[str, Any]) -> Any:
         )
     users = [turn for turn in turns if turn.role == "user"]
     prompt = users[-1].text if users else ""
-    if turns[-1].role == "user" and not prompt.strip():
+    if turns[-1].role == "user" and not prompt.strip() and not turns[-1].images:
         return invalid("input", "The question cannot be blank.")
-    if calls or body.get("tools"):
+    if calls or body.get("tools") or any(turn.images for turn in turns):
         return "\n\n".join(system), prompt, (), tuple(turns)
     return "\n\n".join(system), prompt, tuple((t.role, t.text) for t in turns[:-1]), ()
 
 
-def parse_tools(value: Any, body: dict[str, Any]) -> Any:
-    """The function tools offered, as `Tool`s (() when none); a built-in tool is refused."""
-    if value is None or value == []:
-        return ()
-    if not isinstance(value, list) or len(value) > MAX_TOOLS:
-        return invalid("tools", f"'tools' must be a list of at most {MAX_TOOLS} tools.")
-    tools: list[Tool] = []
-    for index, item in enumerate(value):
-        at = f"tools[{index}]"
-        kind = item.get("type") if isinstance(item, dict) else None
-        if kind != "function":
-            return ApiError(
-                400,
-                "unsupported_parameter",
-                f"Only function tools are supported, not '{kind}': this gateway runs no "
-                "built-in tools.",
-                f"{at}.type",
-            )
-        name, description = item.get("name"), item.get("description")
-        parameters, strict = item.get("parameters"), item.get("strict")
-        if not isinstance(name, str) or not NAME.fullmatch(name):
-            return invalid(f"{at}.name", f"A function's name is {NAME_RULE}.")
-        if any(tool.name == name for tool in tools):
-            return invalid(f"{at}.name", f"Two tools are named '{name}'.")
-        if description is not None and not isinstance(description, str):
-            return invalid(f"{at}.description", "A description must be a string.")
-        if parameters is not None and not isinstance(parameters, dict):
-            return invalid(f"{at}.parameters", "'parameters' must be a JSON Schema.")
-        if strict is not None and not isinstance(strict, bool):
-            return invalid(f"{at}.strict", "'strict' must be true or false.")
-        tools.append(Tool(name, description or "", parameters, strict))
-    return tuple(tools)
-
-
-def parse_tool_choice(value: Any, body: dict[str, Any]) -> Any:
-    """ "" (not sent), none / auto / required, or the name of the one tool to call."""
-    if value is None:
-        return ""
-    tools: list[Any] = body["tools"] if isinstance(body.get("tools"), list) else []
-    offered = {tool.get("name") for tool in tools if isinstance(tool, dict)}
-    if not offered:
-        return invalid("tool_choice", "'tool_choice' is only allowed when 'tools' are given.")
-    if value in CHOICES:
-        return value
-    name = value.get("name") if isinstance(value, dict) else None
-    if not isinstance(value, dict) or value.get("type") != "function" or not isinstance(name, str):
-        return invalid(
-            "tool_choice",
-            'tool_choice is none, auto, required or {"type": "function", "name": ...}.',
-        )
-    if name not in offered:
-        return invalid("tool_choice", f"'tool_choice' names '{name}', which is not in 'tools'.")
-    return name
-
-
 def parse_text(value: Any, body: dict[str, Any]) -> Any:
-    """None for text, or the `OutputFormat` `text.format` asks for."""
+    """(None for text, or the `OutputFormat` `text.format` asks for; `text.verbosity` or "")."""
     if value is None:
-        return None
+        return None, ""
     if not isinstance(value, dict):
         return invalid("text", "'text' must be an object.")
-    if set(value) - {"format"}:
-        return invalid(f"text.{min(set(value) - {'format'})}", "'text' takes only 'format'.")
-    spec = value.get("format")
+    if set(value) - {"format", "verbosity"}:
+        unknown = min(set(value) - {"format", "verbosity"})
+        return invalid(f"text.{unknown}", "'text' takes 'format' and 'verbosity'.")
+    verbosity = value.get("verbosity")
+    if verbosity is not None and verbosity not in ("low", "medium", "high"):
+        return invalid("text.verbosity", "verbosity is low, medium or high.")
+    output = _format(value.get("format"))
+    return output if isinstance(output, ApiError) else (output, verbosity or "")
+
+
+def _format(spec: Any) -> Any:
     kind = spec.get("type") if isinstance(spec, dict) else None
     if spec is None or kind == "text":
         return None

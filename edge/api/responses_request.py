@@ -12,24 +12,24 @@ and so is what it can't serve (built-in tools, images and files, reasoning setti
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from edge.api.chat_messages import ROLES
-from edge.api.chat_request import CHAT_FIELDS, unsupported
-from edge.api.fields import (
-    BodyTable,
-    Field,
-    JsonSchema,
-)
+from edge.api.chat_request import CHAT_FIELDS, option_field, unsupported
+from edge.api.fields import BodyTable, Field, JsonSchema, invalid
 from edge.api.json_body import ApiError
 from edge.api.responses_input import (
     INPUT_SCHEMA,
     METADATA_SCHEMA,
     TEXT_SCHEMA,
-    TOOL_CHOICE_SCHEMA,
-    TOOLS_SCHEMA,
     parse_input,
     parse_metadata,
     parse_text,
+)
+from edge.api.responses_reasoning import REASONING_SCHEMA, parse_reasoning
+from edge.api.responses_tools import (
+    TOOL_CHOICE_SCHEMA,
+    TOOLS_SCHEMA,
     parse_tool_choice,
     parse_tools,
 )
@@ -40,22 +40,40 @@ from gateway.adapters.messages import CompletionRequest
 STATELESS = "this gateway stores no responses or conversations."
 UNSUPPORTED_FIELDS = (
     unsupported("background", f"background responses: {STATELESS}"),
-    unsupported("context_management", "context management is not supported."),
+    unsupported("context_management", "server-side compaction is not supported."),
     unsupported("conversation", f"'conversation': {STATELESS}"),
-    unsupported("include", "extra output data ('include') is not supported."),
-    unsupported("max_tool_calls", "built-in tools are not supported."),
     unsupported("moderation", "moderation is not supported by this gateway."),
     unsupported("previous_response_id", f"'previous_response_id': {STATELESS}"),
     unsupported("prompt", "stored prompt templates are not supported."),
-    unsupported("prompt_cache_key", "OpenAI's prompt cache settings are not supported."),
-    unsupported("prompt_cache_options", "OpenAI's prompt cache settings are not supported."),
-    unsupported("prompt_cache_retention", "OpenAI's prompt cache settings are not supported."),
-    unsupported("reasoning", "reasoning settings are not supported by this gateway."),
-    unsupported("safety_identifier", "'safety_identifier' is not supported: send 'user'."),
-    unsupported("service_tier", "OpenAI's service tiers are not supported."),
-    unsupported("stream_options", "stream options are not supported."),
     unsupported("top_logprobs", "log probabilities are not supported by this gateway."),
-    unsupported("truncation", "truncation is not supported: the input is sent whole."),
+    Field(
+        "truncation",
+        "any",
+        'Only "disabled" (the default): the input is sent whole, never cut.',
+        parse=lambda value, body: (
+            None
+            if value in (None, "disabled")
+            else ApiError(
+                400,
+                "unsupported_parameter",
+                "truncation is not supported: the input is sent whole.",
+                "truncation",
+            )
+        ),
+        fragment={"enum": ["disabled", None]},
+    ),
+)
+# What `include` may name (OpenAI's list); each is taken, and the gateway has none of them to
+# add: a reasoning item's encrypted content is OpenAI's own, which no chat provider gives.
+INCLUDABLE = (
+    "code_interpreter_call.outputs",
+    "computer_call_output.output.image_url",
+    "file_search_call.results",
+    "message.input_image.image_url",
+    "message.output_text.logprobs",
+    "reasoning.encrypted_content",
+    "web_search_call.action.sources",
+    "web_search_call.results",
 )
 _CHAT = {field.name: field for field in CHAT_FIELDS}
 RESPONSES_FIELDS = (
@@ -122,6 +140,60 @@ RESPONSES_FIELDS = (
         fragment=METADATA_SCHEMA,
     ),
     Field("store", "boolean", "Taken, but nothing is stored: a response can't be fetched again."),
+    Field(
+        "reasoning",
+        "any",
+        '{"effort": "none" | "minimal" | "low" | "medium" | "high" | "xhigh", "summary": '
+        '"auto" | "concise" | "detailed"}: the thinking asked of each provider whose model '
+        "thinks, in its own words; what it thought comes back as a reasoning item with its "
+        "summary. Dropped for a provider whose model doesn't think.",
+        parse=parse_reasoning,
+        fragment=REASONING_SCHEMA,
+    ),
+    Field(
+        "include",
+        "any",
+        "Extra output to include: each of OpenAI's values is taken; none of them is produced "
+        "(reasoning.encrypted_content is OpenAI's own, and no chat provider gives it).",
+        parse=lambda value, body: (
+            None
+            if value is None
+            or (isinstance(value, list) and all(item in INCLUDABLE for item in value))
+            else invalid("include", f"'include' lists some of: {', '.join(INCLUDABLE)}.")
+        ),
+        fragment={"type": ["array", "null"], "items": {"enum": list(INCLUDABLE)}},
+    ),
+    Field(
+        "max_tool_calls", "integer", "Built-in tool calls at most: none are run here.", minimum=1
+    ),
+    Field(
+        "stream_options",
+        "any",
+        "include_obfuscation: taken; events carry no obfuscation padding.",
+        parse=lambda value, body: (
+            None
+            if value is None
+            or (
+                isinstance(value, dict)
+                and set(value) <= {"include_obfuscation"}
+                and isinstance(value.get("include_obfuscation", True), bool)
+            )
+            else invalid("stream_options", "'stream_options' takes include_obfuscation only.")
+        ),
+        fragment={
+            "type": ["object", "null"],
+            "properties": {"include_obfuscation": {"type": "boolean"}},
+            "additionalProperties": False,
+        },
+    ),
+    option_field(
+        "prompt_cache_key", "string", "A key grouping requests for OpenAI's prompt cache."
+    ),
+    option_field("prompt_cache_retention", "string", "How long OpenAI keeps the prompt cached."),
+    option_field("prompt_cache_options", "object", "OpenAI's prompt cache settings."),
+    option_field("safety_identifier", "string", "The end user, for OpenAI's abuse monitoring."),
+    option_field("service_tier", "string", "OpenAI's processing tier."),
+    option_field("client_metadata", "object", "The client's labels of its own requests."),
     *ROUTING_FIELDS,
 )
 RESPONSES_BODY = BodyTable(RESPONSES_FIELDS, refused=UNSUPPORTED_FIELDS)
@@ -138,6 +210,9 @@ class ResponsesBody:
     tool_choice: str = ""
     parallel_tool_calls: bool = True
     metadata: dict[str, str] | None = None
+    reasoning: dict[str, Any] | None = None  # as asked, given back in the Response object
+    summary: bool = False  # a reasoning item's summary is wanted
+    hosted_tools: tuple[dict[str, Any], ...] = ()  # built-in tools offered: none is run
     priority: str = "normal"
     task: str = ""
     allow_cloud: bool = True
@@ -151,12 +226,29 @@ def parse_responses(raw: bytes) -> ResponsesBody | ApiError:
     if isinstance(values, ApiError):
         return values
     system_prompt, prompt, history, turns = values["input"]
-    tools = values["tools"]
+    tools, hosted = values["tools"]
     parallel = values["parallel_tool_calls"]
+    verbosity = values["text"][1]
+    carried = {
+        name: values[name]
+        for name in (
+            "prompt_cache_key",
+            "prompt_cache_retention",
+            "prompt_cache_options",
+            "safety_identifier",
+            "service_tier",
+            "client_metadata",
+        )
+        if values[name] not in (None, "")
+    }
     options = (
         *([("user", values["user"])] if values["user"] else []),
         *([("parallel_tool_calls", parallel)] if tools and parallel is not None else []),
+        *carried.items(),
+        *([("verbosity", verbosity)] if verbosity else []),
+        *([("hosted_tools", tuple(tool["type"] for tool in hosted))] if hosted else []),
     )
+    thinking, reasoning, summary = values["reasoning"] or (None, None, False)
     completion = CompletionRequest(
         prompt=prompt,
         system_prompt=system_prompt,
@@ -167,8 +259,9 @@ def parse_responses(raw: bytes) -> ResponsesBody | ApiError:
         turns=turns,
         tools=tools,
         tool_choice=values["tool_choice"],
-        output=values["text"],
+        output=values["text"][0],
         options=options,
+        thinking=thinking,
     )
     return ResponsesBody(
         model=values["model"],
@@ -178,6 +271,9 @@ def parse_responses(raw: bytes) -> ResponsesBody | ApiError:
         tool_choice=values["tool_choice"],
         parallel_tool_calls=parallel is not False,
         metadata=values["metadata"],
+        reasoning=reasoning,
+        summary=summary,
+        hosted_tools=hosted,
         **{field.name: values[field.name] for field in ROUTING_FIELDS},
     )
 

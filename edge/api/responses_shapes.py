@@ -1,9 +1,11 @@
-"""The Responses API's answers in OpenAI's shapes, each beside its JSON Schema (the schemas of
-`/api/openapi.json`): the Response object, whole, and the typed events of a stream.
+"""The Responses API's answers in OpenAI's shapes: the Response object, whole, and the typed
+events of a stream (their JSON Schemas are `edge/api/responses_schemas.py`).
 
 Every shape is a subset of OpenAI's own (`Response`, `ResponseStreamEvent` and its members)
-plus the gateway's `failover` object. The output is an assistant message with one output_text
-part and/or function_call items; the model's thinking is not given (no reasoning items).
+plus the gateway's `failover` object. The output is a reasoning item (when the request asked
+for reasoning and the model thought: its summary is the model's thinking when a summary was
+asked for; it has no encrypted content, which is OpenAI's own), then an assistant message with
+one output_text part and/or function_call items.
 """
 
 from __future__ import annotations
@@ -12,179 +14,14 @@ import json
 import time
 from typing import Any
 
-from edge.api.fields import JsonSchema
-from edge.api.openai_shapes import FAILOVER_SCHEMA, NULLABLE_STRING, failover_object
+from edge.api.openai_shapes import failover_object
 from edge.api.responses_request import ResponsesBody
 from gateway.adapters.messages import Piece, Reasoning, ToolCallDelta
 from gateway.routing.cascade import RouteResult
 
-STATUSES = ["completed", "incomplete", "in_progress"]
-INTEGER: JsonSchema = {"type": "integer", "minimum": 0}
-STRING: JsonSchema = {"type": "string"}
-NO_ITEMS: JsonSchema = {"type": "array", "maxItems": 0}
 
-
-def _object(**properties: JsonSchema) -> JsonSchema:
-    """An object with each of `properties`."""
-    return {"type": "object", "required": list(properties), "properties": properties}
-
-
-OUTPUT_TEXT_SCHEMA = _object(
-    type={"const": "output_text"}, text=STRING, annotations=NO_ITEMS, logprobs=NO_ITEMS
-)
-MESSAGE_SCHEMA = _object(
-    type={"const": "message"},
-    id={"type": "string", "pattern": "^msg_"},
-    status={"enum": STATUSES},
-    role={"const": "assistant"},
-    content={"type": "array", "items": OUTPUT_TEXT_SCHEMA},
-)
-FUNCTION_CALL_SCHEMA = _object(
-    type={"const": "function_call"},
-    id={"type": "string", "pattern": "^fc_"},
-    call_id=STRING,
-    name=STRING,
-    arguments={"type": "string", "description": "JSON text."},
-    status={"enum": STATUSES},
-)
-OUTPUT_ITEM_SCHEMA: JsonSchema = {"anyOf": [MESSAGE_SCHEMA, FUNCTION_CALL_SCHEMA]}
-USAGE_SCHEMA = _object(
-    input_tokens=INTEGER,
-    input_tokens_details=_object(cached_tokens=INTEGER, cache_write_tokens=INTEGER),
-    output_tokens=INTEGER,
-    output_tokens_details=_object(reasoning_tokens=INTEGER),
-    total_tokens=INTEGER,
-)
-NULLABLE_NUMBER: JsonSchema = {"type": ["number", "null"]}
-RESPONSE_SCHEMA: JsonSchema = {
-    "type": "object",
-    "description": "OpenAI's Response object, with the gateway's failover object. In a "
-    "stream's response.created and response.in_progress it has no output yet and no usage.",
-    "required": [
-        "id",
-        "object",
-        "created_at",
-        "status",
-        "error",
-        "incomplete_details",
-        "instructions",
-        "model",
-        "output",
-        "parallel_tool_calls",
-        "metadata",
-        "tool_choice",
-        "tools",
-        "temperature",
-        "top_p",
-        "text",
-        "failover",
-    ],  # fmt: skip
-    "properties": {
-        "id": {"type": "string", "pattern": "^resp_"},
-        "object": {"const": "response"},
-        "created_at": {"type": "integer"},
-        "completed_at": {"type": ["integer", "null"]},
-        "status": {"enum": STATUSES},
-        "error": {"type": "null"},
-        "incomplete_details": {
-            "anyOf": [
-                {"type": "null"},
-                {
-                    "type": "object",
-                    "required": ["reason"],
-                    "properties": {"reason": {"const": "max_output_tokens"}},
-                },
-            ]
-        },
-        "instructions": NULLABLE_STRING,
-        "max_output_tokens": {"type": ["integer", "null"]},
-        "model": {"type": "string", "description": "The provider that answered, or the tier."},
-        "output": {"type": "array", "items": OUTPUT_ITEM_SCHEMA},
-        "parallel_tool_calls": {"type": "boolean"},
-        "previous_response_id": {"type": "null"},
-        "store": {"const": False, "description": "Nothing is stored."},
-        "metadata": {"type": "object", "additionalProperties": {"type": "string"}},
-        "temperature": NULLABLE_NUMBER,
-        "top_p": NULLABLE_NUMBER,
-        "text": {"type": "object", "required": ["format"]},
-        "tool_choice": {
-            "anyOf": [
-                {"enum": ["none", "auto", "required"]},
-                {
-                    "type": "object",
-                    "required": ["type", "name"],
-                    "properties": {"type": {"const": "function"}, "name": {"type": "string"}},
-                },
-            ]
-        },
-        "tools": {"type": "array", "items": {"type": "object", "required": ["type", "name"]}},
-        "truncation": {"const": "disabled"},
-        "usage": USAGE_SCHEMA,
-        "failover": FAILOVER_SCHEMA,
-    },
-}
-
-
-def _event_schema(kind: str, **properties: JsonSchema) -> JsonSchema:
-    return {
-        "type": "object",
-        "required": ["type", "sequence_number", *properties],
-        "properties": {"type": {"const": kind}, "sequence_number": INTEGER, **properties},
-    }
-
-
-_AT = {"item_id": STRING, "output_index": INTEGER}
-_PART = {**_AT, "content_index": INTEGER}
-ERROR_EVENT_SCHEMA = _event_schema(
-    "error", code=NULLABLE_STRING, message=STRING, param=NULLABLE_STRING
-)
-
-
-def stream_event_schema(response: JsonSchema) -> JsonSchema:
-    """One server-sent event of a stream, `event: <type>` beside its JSON `data`, whose
-    response events carry `response` (a $ref to the Response object's schema). A stream ends
-    with response.completed or response.incomplete, or, broken, with an error event."""
-    events = [
-        *(
-            _event_schema(f"response.{kind}", response=response)
-            for kind in ("created", "in_progress", "completed", "incomplete")
-        ),
-        *(
-            _event_schema(
-                f"response.output_item.{kind}", output_index=INTEGER, item=OUTPUT_ITEM_SCHEMA
-            )
-            for kind in ("added", "done")
-        ),
-        *(
-            _event_schema(f"response.content_part.{kind}", **_PART, part=OUTPUT_TEXT_SCHEMA)
-            for kind in ("added", "done")
-        ),
-        _event_schema("response.output_text.delta", **_PART, delta=STRING, logprobs=NO_ITEMS),
-        _event_schema("response.output_text.done", **_PART, text=STRING, logprobs=NO_ITEMS),
-        _event_schema("response.function_call_arguments.delta", **_AT, delta=STRING),
-        _event_schema(
-            "response.function_call_arguments.done", **_AT, name=STRING, arguments=STRING
-        ),
-        ERROR_EVENT_SCHEMA,
-    ]
-    return typed_events(events)
-
-
-def typed_events(events: list[JsonSchema]) -> JsonSchema:
-    """A server-sent event that is one of `events`, each a JSON object whose `type` names it,
-    sent as `event: <type>` beside its JSON `data`."""
-    return {
-        "type": "object",
-        "required": ["event", "data"],
-        "properties": {
-            "event": {"enum": [event["properties"]["type"]["const"] for event in events]},
-            "data": {
-                "type": "string",
-                "contentMediaType": "application/json",
-                "contentSchema": {"anyOf": events},
-            },
-        },
-    }
+def _summary(text: str) -> dict[str, Any]:
+    return {"type": "summary_text", "text": text}
 
 
 def _output_text(text: str) -> dict[str, Any]:
@@ -218,6 +55,15 @@ class ResponseShape:
             "content": [_output_text(text)],
         }
 
+    @property
+    def reasons(self) -> bool:
+        """Whether the answer gives the model's thinking: the request asked for reasoning."""
+        return self.parsed.reasoning is not None
+
+    def reasoning(self, text: str, status: str) -> dict[str, Any]:
+        summary = [{"type": "summary_text", "text": text}] if self.parsed.summary and text else []
+        return {"type": "reasoning", "id": f"rs_{self.key}", "summary": summary, "status": status}
+
     def call(self, index: int, call_id: str, name: str, arguments: str, status: str) -> Any:
         return {
             "type": "function_call",
@@ -237,7 +83,7 @@ class ResponseShape:
             "input_tokens": result.tokens_in,
             "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
             "output_tokens": result.tokens_out,
-            "output_tokens_details": {"reasoning_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 0},  # counted in output_tokens
             "total_tokens": result.tokens_in + result.tokens_out,
         }
 
@@ -275,6 +121,7 @@ class ResponseShape:
             "top_p": completion.top_p,
             "text": {"format": output_format},
             "tool_choice": choice,
+            **({"reasoning": parsed.reasoning} if parsed.reasoning is not None else {}),
             "tools": [
                 {
                     "type": "function",
@@ -297,6 +144,8 @@ class ResponseShape:
         tool calls."""
         result, status = self.result, self.status()
         output = []
+        if self.reasons and result.reasoning:
+            output.append(self.reasoning(result.reasoning, "completed"))
         if result.text or not result.tool_calls:
             output.append(self.message(result.text, status))
         output += [
@@ -316,6 +165,7 @@ class ResponseEvents:
         self.sequence = 0
         self.items: list[dict[str, Any]] = []
         self.text_at: int | None = None  # the message's output index, once it has text
+        self.thought_at: int | None = None  # the reasoning item's, once the model thought
         self.calls: dict[int, int] = {}  # a streamed call's index → its output index
 
     def _event(self, kind: str, **fields: Any) -> bytes:
@@ -339,9 +189,33 @@ class ResponseEvents:
         self.items.append(item)
         return len(self.items) - 1
 
+    def _thought(self, text: str) -> list[bytes]:
+        """A piece of the model's thinking: the reasoning item's summary grows."""
+        shape, events = self.shape, []
+        if self.thought_at is None:
+            item = shape.reasoning("", "in_progress")
+            at = self.thought_at = self._added(item)
+            events.append(self._event("output_item.added", output_index=at, item=item))
+            if shape.parsed.summary:
+                item["summary"] = [{"type": "summary_text", "text": ""}]
+                events.append(self._summary("reasoning_summary_part.added", part=_summary("")))
+        if shape.parsed.summary:
+            self.items[self.thought_at]["summary"][0]["text"] += text
+            events.append(self._summary("reasoning_summary_text.delta", delta=text))
+        return events
+
+    def _summary(self, kind: str, **fields: Any) -> bytes:
+        assert self.thought_at is not None
+        item = self.items[self.thought_at]
+        return self._event(
+            kind, item_id=item["id"], output_index=self.thought_at, summary_index=0, **fields
+        )
+
     def piece(self, piece: Piece) -> list[bytes]:
-        if isinstance(piece, Reasoning) or not piece:
-            return []  # the model's thinking is not given on this endpoint
+        if isinstance(piece, Reasoning):
+            return self._thought(piece.text) if self.shape.reasons and piece.text else []
+        if not piece:
+            return []
         events = []
         if isinstance(piece, ToolCallDelta):
             at = self.calls.get(piece.index)
@@ -369,7 +243,13 @@ class ResponseEvents:
         status = self.shape.status()
         events = []
         for at, item in enumerate(self.items):
-            if item["type"] == "message":
+            if item["type"] == "reasoning":
+                item["status"] = "completed"
+                if item["summary"]:
+                    part = item["summary"][0]
+                    events.append(self._summary("reasoning_summary_text.done", text=part["text"]))
+                    events.append(self._summary("reasoning_summary_part.done", part=part))
+            elif item["type"] == "message":
                 item["status"] = status
                 part = item["content"][0]
                 events.append(self._of("output_text.done", at, text=part["text"], logprobs=[]))

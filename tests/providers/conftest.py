@@ -223,6 +223,13 @@ async def update_provider(gateway: Gateway, name: str, **values) -> None:
     await _update_row(gateway, lambda: Provider.objects.get(name=name), values)
 
 
+async def update_client_app(gateway: Gateway, name: str, **values) -> None:
+    """Change a client app as an operator would (a recorded change, which bumps the version)."""
+    from providers.models import ClientApp
+
+    await _update_row(gateway, lambda: ClientApp.objects.get(name=name), values)
+
+
 async def _update_row(gateway: Gateway, get_row: Callable[[], object], values: dict) -> None:
     from providers.services.audit import config_change_record, instance_snapshot
 

@@ -5,6 +5,7 @@ Ollama, an OpenAI-compatible provider or Anthropic itself behind."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import anthropic
@@ -309,10 +310,10 @@ async def test_anthropic_behind_answers_anthropic_in_front(
             "'max_tokens' is required",
         ),
         (
-            {"model": "auto", "max_tokens": 10, "messages": HELLO, "top_k": 5},
+            {"model": "auto", "max_tokens": 10, "messages": HELLO, "top_n": 5},
             400,
             "invalid_request_error",
-            "top_k: Extra inputs are not permitted",
+            "top_n: Extra inputs are not permitted",
         ),
         (
             {"model": "auto", "max_tokens": 10, "messages": HELLO, "temperature": 1.5},
@@ -324,11 +325,11 @@ async def test_anthropic_behind_answers_anthropic_in_front(
             {
                 "model": "auto",
                 "max_tokens": 10,
-                "messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}],
+                "messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}],
             },
             400,
             "invalid_request_error",
-            "image blocks are not",
+            "messages.0.content.0.type: This gateway takes no document blocks",
         ),
         (
             {
@@ -349,7 +350,7 @@ async def test_anthropic_behind_answers_anthropic_in_front(
             },
             400,
             "invalid_request_error",
-            "extended thinking",
+            "thinking.budget_tokens: budget_tokens must be less than max_tokens",
         ),
         (
             {"model": "no-such-model", "max_tokens": 10, "messages": HELLO},
@@ -396,3 +397,22 @@ async def test_count_tokens_estimates_the_conversation(live_url, primary, second
         )
     assert 0 < short.input_tokens < longer.input_tokens
     assert primary.calls == 0 and secondary.calls == 0
+
+
+async def test_a_request_over_every_context_window_is_refused_in_anthropics_words(
+    live_url, primary, secondary
+):
+    """As Anthropic says it, with its numbers: a client written for Anthropic's API reads them
+    to ask again for a shorter answer."""
+    status, sent = await events(
+        live_url, {"model": "auto", "max_tokens": 20_000, "messages": HELLO}
+    )
+    assert status == 400
+    message = sent[0][1]["error"]["message"]
+    found = re.fullmatch(
+        r"input length and `max_tokens` exceed context limit: (\d+) \+ (\d+) > (\d+), "
+        r"decrease input length or `max_tokens` and try again",
+        message,
+    )
+    assert found is not None, message
+    assert (int(found[2]), int(found[3])) == (20_000, 8192)

@@ -266,3 +266,16 @@ async def test_a_request_the_caller_did_not_sample_records_nothing_but_passes_it
     sent = primary.last_request("/api/chat")["headers"]["traceparent"]
     version, trace_id, _, flags = sent.split("-")
     assert (version, trace_id, flags) == ("00", CALLER_TRACE, "00")
+
+
+async def test_what_a_call_left_out_is_named_on_its_span(
+    api, gateway, traced, receiver, primary, secondary
+):
+    body = {**HELLO, "reasoning_effort": "high", "prompt_cache_key": "session-1"}
+
+    response = await api.post("/v1/chat/completions", json=body)
+
+    assert response.headers["X-Failover-Dropped"] == "prompt_cache_key,thinking"
+    traced.provider.force_flush()
+    [call] = _by_kind(receiver.wait_for(2), Span.SPAN_KIND_CLIENT)
+    assert attributes(call.attributes)["failover.dropped"] == ["prompt_cache_key", "thinking"]

@@ -1,0 +1,111 @@
+"""The tools of an Anthropic Messages request: client tools (name, description,
+input_schema) and `tool_choice`, each with the JSON Schema that says the same, read into the
+same `Tool`s and tool choice a Chat Completions request becomes. A server tool Anthropic runs on
+its side is refused by name: no provider behind the gateway runs it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from edge.api.chat_tools import MAX_TOOLS, NAME, NAME_RULE
+from edge.api.fields import JsonSchema, invalid
+from edge.api.json_body import ApiError
+from gateway.adapters.messages import Tool
+
+NAME_PATTERN = f"^{NAME.pattern}$"
+
+
+def _unsupported(message: str, at: str) -> ApiError:
+    return ApiError(400, "unsupported_parameter", message, at)
+
+
+TOOLS_SCHEMA: JsonSchema = {
+    "type": ["array", "null"],
+    "maxItems": MAX_TOOLS,
+    "items": {
+        "type": "object",
+        "required": ["name", "input_schema"],
+        "properties": {
+            "type": {"const": "custom"},
+            "name": {"type": "string", "pattern": NAME_PATTERN},
+            "description": {"type": ["string", "null"]},
+            "input_schema": {"type": "object"},
+        },
+    },
+}
+TOOL_CHOICE_SCHEMA: JsonSchema = {
+    "anyOf": [
+        {"type": "null"},
+        {
+            "type": "object",
+            "required": ["type"],
+            "properties": {
+                "type": {"enum": ["auto", "any", "none", "tool"]},
+                "name": {"type": "string"},
+                "disable_parallel_tool_use": {"type": "boolean"},
+            },
+        },
+    ]
+}
+# Anthropic's choices in the chat endpoint's words.
+CHOICES = {"auto": "auto", "any": "required", "none": "none"}
+
+
+def parse_tools(value: Any, body: dict[str, Any]) -> Any:
+    """The client tools offered, as `Tool`s (() when none); a server tool is refused."""
+    if value is None or value == []:
+        return ()
+    if not isinstance(value, list) or len(value) > MAX_TOOLS:
+        return invalid("tools", f"'tools' must be a list of at most {MAX_TOOLS} tools.")
+    tools: list[Tool] = []
+    for index, item in enumerate(value):
+        at = f"tools.{index}"
+        if not isinstance(item, dict):
+            return invalid(at, "Each tool is an object.")
+        kind = item.get("type", "custom")
+        if kind != "custom":
+            return _unsupported(
+                f"Only client tools (name, input_schema) are supported, not '{kind}': this "
+                "gateway runs no server tools.",
+                f"{at}.type",
+            )
+        name, description, schema = (
+            item.get("name"),
+            item.get("description"),
+            item.get("input_schema"),
+        )
+        if not isinstance(name, str) or not NAME.fullmatch(name):
+            return invalid(f"{at}.name", f"A tool's name is {NAME_RULE}.")
+        if any(tool.name == name for tool in tools):
+            return invalid(f"{at}.name", f"Two tools are named '{name}'.")
+        if description is not None and not isinstance(description, str):
+            return invalid(f"{at}.description", "A description must be a string.")
+        if not isinstance(schema, dict):
+            return invalid(f"{at}.input_schema", "'input_schema' must be a JSON Schema object.")
+        tools.append(Tool(name, description or "", schema))
+    return tuple(tools)
+
+
+def parse_tool_choice(value: Any, body: dict[str, Any]) -> Any:
+    """("" when not sent, none / auto / required, or the name of the one tool to call;
+    whether the model may call several tools at once)."""
+    if value is None:
+        return "", True
+    tools: list[Any] = body["tools"] if isinstance(body.get("tools"), list) else []
+    offered = {tool.get("name") for tool in tools if isinstance(tool, dict)}
+    kind = value.get("type") if isinstance(value, dict) else None
+    if not isinstance(value, dict) or kind not in (*CHOICES, "tool"):
+        return invalid("tool_choice", "tool_choice's type is auto, any, none or tool.")
+    parallel = value.get("disable_parallel_tool_use", False)
+    if not isinstance(parallel, bool):
+        return invalid("tool_choice.disable_parallel_tool_use", "It must be true or false.")
+    if not offered:
+        return invalid("tool_choice", "'tool_choice' is only allowed when 'tools' are given.")
+    if kind != "tool":
+        return CHOICES[kind], not parallel
+    name = value.get("name")
+    if not isinstance(name, str) or name not in offered:
+        return invalid(
+            "tool_choice.name", f"'tool_choice' names '{name}', which is not in 'tools'."
+        )
+    return name, not parallel
