@@ -24,6 +24,10 @@ TEST_ENV := env -u PYTHONDONTWRITEBYTECODE
 CHROMIUM ?= /usr/bin/chromium
 # Debian's nginx, for the tests that put it in front of the gateway (they run their own).
 NGINX ?= /usr/sbin/nginx
+# The coding-agent CLIs the tests in tests/agents drive through the gateway (Claude Code,
+# Codex), at the versions its package-lock.json pins, from the npm registry.
+AGENTS := tests/agents
+AGENT_CLIS := $(AGENTS)/node_modules/.package-lock.json
 
 .PHONY: run test test-embedded test-services check lint format typecheck install clean
 
@@ -76,17 +80,26 @@ $(NGINX):
 		update-rc.d nginx disable >/dev/null 2>&1; exit $$status; \
 	else echo "No $(NGINX) (apt-get install nginx): the tests behind nginx will skip"; fi
 
-test-embedded: $(VENV)/.installed $(CHROMIUM) $(NGINX)
+# Installed again whenever the lock changes (npm ci writes node_modules/.package-lock.json);
+# without node and npm the agents' tests skip (and fail under REQUIRE_SERVICES=1, as in CI).
+$(AGENT_CLIS): $(AGENTS)/package-lock.json
+	@if command -v node >/dev/null && command -v npm >/dev/null; then \
+		echo "Installing the coding-agent CLIs for $(AGENTS) (npm ci)"; \
+		npm ci --prefix $(AGENTS) --no-audit --no-fund --loglevel=error >/dev/null; \
+	else echo "No node and npm: the tests of the coding-agent CLIs will skip"; fi
+
+test-embedded: $(VENV)/.installed $(CHROMIUM) $(NGINX) $(AGENT_CLIS)
 	$(TEST_ENV) -u DATABASE_URL -u REDIS_URL -u CELERY_BROKER_URL ENV_FILE= DEBUG=true \
 		$(BIN)/pytest -m "not services" $(XDIST) $(PYTEST_ARGS)
 
 # Set REQUIRE_SERVICES=1 (CI does) to fail instead of skipping when the services are down, and
 # to fail any test that skips. The browser tests drive the control room once, in the embedded
-# pass; the admin on PostgreSQL and Redis is tested here without a browser.
-test-services: $(VENV)/.installed $(CHROMIUM) $(NGINX)
+# pass; the admin on PostgreSQL and Redis is tested here without a browser. The coding-agent
+# CLIs too run in the embedded pass only: what they test is the doors, the same on either store.
+test-services: $(VENV)/.installed $(CHROMIUM) $(NGINX) $(AGENT_CLIS)
 	$(TEST_ENV) ENV_FILE= DEBUG=true DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) \
 		FAILOVER_TEST_PASS=services FAILOVER_REQUIRE_SERVICES=$(REQUIRE_SERVICES) \
-		$(BIN)/pytest -m "not backend_free and not browser" $(XDIST) $(PYTEST_ARGS)
+		$(BIN)/pytest -m "not backend_free and not browser and not agents" $(XDIST) $(PYTEST_ARGS)
 
 ## check: lint, types and the whole suite
 check: lint typecheck test
