@@ -4,7 +4,7 @@
 arrives (Django's reader spools a body of any size to disk before a view can refuse it) and
 bound to arrive within `REQUEST_BODY_TIMEOUT_S`. `ApiHandler` (the frontends' endpoints) keeps
 every request on the event loop, and caps each body at its endpoint's limit
-(`edge.api.common.body_limit_for`).
+(`edge.api.arrival.body_limit_for`).
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from django.core.handlers.asgi import ASGIHandler
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.urls import set_script_prefix
 
-from edge.api.common import body_limit_for, body_too_large, error_response
+from edge.api.anthropic.shapes import anthropic_error
+from edge.api.arrival import body_limit_for, body_too_large, error_response
 from edge.api.json_answer import JsonAnswer
-from edge.api.messages_shapes import anthropic_error
-from edge.api.openai_common import openai_error
+from edge.api.json_body import ApiError
+from edge.api.openai.errors import openai_error
 from edge.api.turned_away import turned_away
-from edge.api.validation import ApiError
 from edge.api_middleware import Handler, api_chain, log_answer
 from edge.body_deadline import BodyTimedOut, within_deadline
 from gateway.engine.tracing import REQUEST

@@ -38,7 +38,7 @@ from prometheus_client.registry import Collector
 
 from alerts.models import AlertEvent
 from edge.api.access import client_address, presented_key
-from edge.api.common import NOT_STARTED, error_response
+from edge.api.arrival import NOT_STARTED, error_response
 from edge.api.json_answer import JsonAnswer
 from edge.api.json_body import ApiError
 from edge.probes import address_allowed

@@ -269,7 +269,7 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("DATA_UPLOAD_MAX_MEMORY_SIZE", default=102
 REQUEST_BODY_TIMEOUT_S = env.float("REQUEST_BODY_TIMEOUT_S", default=10.0)
 if REQUEST_BODY_TIMEOUT_S <= 0:
     raise ImproperlyConfigured("REQUEST_BODY_TIMEOUT_S must be a number of seconds above 0.")
-# The API's body limits in bytes, by endpoint (edge.api.common.body_limit_for), held to as
+# The API's body limits in bytes, by endpoint (edge.api.arrival.body_limit_for), held to as
 # a body arrives: a long conversation or a full embeddings batch is megabytes, the rest small.
 for _setting in ("BODY_LIMIT_CHAT_BYTES", "BODY_LIMIT_EMBEDDINGS_BYTES", "BODY_LIMIT_API_BYTES"):
     _size = env.str(_setting, default="1024").strip()

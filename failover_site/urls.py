@@ -4,16 +4,12 @@ from django.contrib import admin
 from django.urls import path, re_path
 
 from edge import front_door, metrics_scrape, probes
-from edge.api import (
-    complete,
-    embeddings,
-    messages,
-    models,
-    openai_chat,
-    openapi,
-    responses,
-    status,
-)
+from edge.api import openapi, status
+from edge.api.anthropic import messages
+from edge.api.complete import endpoint as complete
+from edge.api.openai import chat as openai_chat
+from edge.api.openai import embeddings, errors, responses
+from edge.api.openai import models as openai_models
 
 urlpatterns = [
     # The browser's front door and the API reference: pages, outside /api/ and /v1/.
@@ -31,8 +27,8 @@ urlpatterns = [
     path("v1/embeddings", embeddings.embeddings, name="openai-embeddings"),
     path("v1/messages", messages.messages, name="anthropic-messages"),
     path("v1/messages/count_tokens", messages.count_tokens, name="anthropic-count-tokens"),
-    path("v1/models", models.model_list, name="openai-models"),
-    path("v1/models/<path:model>", models.model_detail, name="openai-model"),
-    re_path(r"^v1/", openai_chat.not_found),
+    path("v1/models", openai_models.model_list, name="openai-models"),
+    path("v1/models/<path:model>", openai_models.model_detail, name="openai-model"),
+    re_path(r"^v1/", errors.not_found),
     path("admin/", admin.site.urls),
 ]

@@ -1,7 +1,7 @@
 """`GET /api/openapi.json`: the OpenAPI 3.1 document of the gateway's own endpoints.
 
 Built once per process from what the endpoints themselves use: the request bodies from their
-field tables (`edge/api/validation.py`, `edge/api/chat_request.py`), each answer's
+field tables (`edge/api/validation.py`, `edge/api/openai/chat_request.py`), each answer's
 JSON Schema from beside the code that builds it, the statuses from the refusals the endpoints
 can give. So the document can't promise what the code doesn't do; the suite holds the two
 together (`tests/providers/test_openapi.py`, Schemathesis against the running app). It is the
@@ -17,8 +17,7 @@ from typing import Any
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
-from edge.api.common import (
-    FAILOVER_HEADERS,
+from edge.api.arrival import (
     body_limit_for,
     byte_size,
     checked_host,
@@ -27,6 +26,7 @@ from edge.api.common import (
     wrong_method,
 )
 from edge.api.openapi_components import components, ref
+from edge.api.pipeline import FAILOVER_HEADERS
 
 JSON = "application/json"
 KEYED: list[dict[str, list[str]]] = [{"bearer": []}, {"apiKey": []}]

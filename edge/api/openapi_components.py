@@ -5,23 +5,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from edge.api.chat_request import chat_body_schema
-from edge.api.complete import ANSWER_SCHEMA
-from edge.api.embeddings import EMBEDDINGS_SCHEMA
-from edge.api.embeddings_request import embeddings_body_schema
+from edge.api.anthropic.request import count_body_schema, messages_body_schema
+from edge.api.anthropic.schemas import ERROR_SCHEMA as ANTHROPIC_ERROR_SCHEMA
+from edge.api.anthropic.schemas import MESSAGE_SCHEMA, TOKEN_COUNT_SCHEMA
+from edge.api.anthropic.schemas import stream_event_schema as message_event_schema
+from edge.api.complete.endpoint import ANSWER_SCHEMA
+from edge.api.complete.request import complete_body_schema
 from edge.api.json_body import ERROR_SCHEMA
-from edge.api.messages_request import count_body_schema, messages_body_schema
-from edge.api.messages_schemas import ERROR_SCHEMA as ANTHROPIC_ERROR_SCHEMA
-from edge.api.messages_schemas import MESSAGE_SCHEMA, TOKEN_COUNT_SCHEMA
-from edge.api.messages_schemas import stream_event_schema as message_event_schema
-from edge.api.models import MODEL_SCHEMA, MODELS_SCHEMA
-from edge.api.openai_shapes import CHUNK_SCHEMA, COMPLETION_SCHEMA, stream_event_schema
-from edge.api.openai_shapes import ERROR_SCHEMA as OPENAI_ERROR_SCHEMA
-from edge.api.responses_request import responses_body_schema
-from edge.api.responses_schemas import RESPONSE_SCHEMA
-from edge.api.responses_schemas import stream_event_schema as response_event_schema
+from edge.api.openai.chat_request import chat_body_schema
+from edge.api.openai.embeddings import EMBEDDINGS_SCHEMA
+from edge.api.openai.embeddings_request import embeddings_body_schema
+from edge.api.openai.models import MODEL_SCHEMA, MODELS_SCHEMA
+from edge.api.openai.responses_request import responses_body_schema
+from edge.api.openai.responses_schemas import RESPONSE_SCHEMA
+from edge.api.openai.responses_schemas import stream_event_schema as response_event_schema
+from edge.api.openai.shapes import CHUNK_SCHEMA, COMPLETION_SCHEMA, stream_event_schema
+from edge.api.openai.shapes import ERROR_SCHEMA as OPENAI_ERROR_SCHEMA
 from edge.api.status import STATUS_SCHEMA
-from edge.api.validation import complete_body_schema
 from edge.probes import HEALTHZ_SCHEMA, READYZ_SCHEMA
 
 

@@ -16,7 +16,7 @@ from django.contrib.auth import get_user
 from django.http import HttpRequest
 
 from edge.api.access import KeyFind, Refusal, identify_or_find, presented_key
-from edge.api.common import (
+from edge.api.arrival import (
     ApiError,
     checked_host,
     error_response,

@@ -3,7 +3,7 @@ the runtime's keeper (`runtime/refusals.py`: counted in /metrics, a sample kept 
 control room shows it, logged). A refusal leaves no line in the call ledger: that holds routed
 requests.
 
-The doors call one hook: `refused`, from their shared arrival (`edge/api/common.py`: the
+The doors call one hook: `refused`, from their shared arrival (`edge/api/arrival.py`: the
 method, the host, the envelope, the key, the body) and where they refuse after it (a model no
 provider serves, what the app may not ask for, a rate limit); the API handler calls
 `turned_away` for what it refuses before a view runs (a body too large or too slow, plain HTTP

@@ -1,20 +1,15 @@
-"""Validation of the frontends' request bodies: each problem answered as a 4xx naming the field.
-
-The bodies are tables of fields (`edge/api/fields.py`): the same tables are the bodies'
-schemas in `/api/openapi.json`. `POST /api/v1/complete` is here, with the gateway's own fields
-both endpoints take; the Chat Completions body is in `edge/api/chat_request.py`.
+"""The fields every door's body shares: the gateway's own (`ROUTING_FIELDS`: priority, task,
+allow_cloud, cache, user), the sampling temperature and the answer's token limit, and the size
+limits of the gateway's own door. Each door's body is a table of fields (`edge/api/fields.py`)
+that is also its schema in `/api/openapi.json`: `edge/api/complete/request.py`,
+`edge/api/openai/chat_request.py`, `edge/api/anthropic/request.py` and the others beside them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from edge.api.fields import (
-    BodyTable,
     Field,
-    JsonSchema,
 )
-from edge.api.json_body import ApiError
 from providers.models import TASK_NAME
 
 MAX_PROMPT_CHARS = 32_000
@@ -85,50 +80,3 @@ ROUTING_FIELDS = (
         max_length=MAX_USER_CHARS,
     ),
 )
-
-COMPLETE_FIELDS = (
-    Field(
-        "prompt",
-        "string",
-        "The question or instruction.",
-        required=True,
-        not_blank=True,
-        max_length=MAX_PROMPT_CHARS,
-        examples=("What are your opening hours?",),
-    ),
-    Field(
-        "system_prompt",
-        "string",
-        "Sent first, as the system message.",
-        default="",
-        max_length=MAX_SYSTEM_PROMPT_CHARS,
-    ),
-    max_tokens_field("max_tokens"),
-    TEMPERATURE,
-    *ROUTING_FIELDS,
-)
-COMPLETE_BODY = BodyTable(COMPLETE_FIELDS, unknown="Unknown field '{name}'.")
-
-
-@dataclass(frozen=True, slots=True)
-class CompleteBody:
-    prompt: str
-    system_prompt: str = ""
-    max_tokens: int | None = None
-    temperature: float | None = None
-    priority: str = "normal"
-    task: str = ""
-    allow_cloud: bool = True
-    cache: bool = True
-    user: str = ""
-
-
-def parse_complete(raw: bytes) -> CompleteBody | ApiError:
-    values = COMPLETE_BODY.read(raw)
-    if isinstance(values, ApiError):
-        return values
-    return CompleteBody(**values)
-
-
-def complete_body_schema() -> JsonSchema:
-    return COMPLETE_BODY.schema("One prompt in; any field not listed here is refused.")

@@ -20,7 +20,7 @@ import pytest
 from django.conf import settings
 from django.test import RequestFactory, override_settings
 
-from edge.api.common import body_limit_for, body_of, byte_size, checked_envelope
+from edge.api.arrival import body_limit_for, body_of, byte_size, checked_envelope
 from edge.api.openapi import openapi_document
 from providers.models import Provider
 from tests.factories import AUTH, TEST_CLIENT_KEY

@@ -345,10 +345,10 @@ def test_an_injected_upward_import_is_caught(tmp_path):
 
 def test_an_injected_sideways_import_or_one_of_the_tools_is_caught(tmp_path):
     imports = _with_lines_added(
-        "control_room.dashboard", "from edge.api.common import arrived", tmp_path
+        "control_room.dashboard", "from edge.api.arrival import arrived", tmp_path
     )
     assert [(i.importer, i.target) for i in _reaching_up_or_sideways(imports)] == [
-        ("control_room.dashboard", "edge.api.common")
+        ("control_room.dashboard", "edge.api.arrival")
     ]
     imports = _with_lines_added(
         "runtime.gateway", "from devtools.fake_provider import FakeProvider", tmp_path

@@ -14,9 +14,9 @@ from anthropic.types.beta import message_create_params as beta_message_create_pa
 from openai.types.chat import completion_create_params
 from openai.types.responses import response_create_params
 
-from edge.api.chat_request import CHAT_BODY
-from edge.api.messages_request import MESSAGES_BODY
-from edge.api.responses_request import RESPONSES_BODY
+from edge.api.anthropic.request import MESSAGES_BODY
+from edge.api.openai.chat_request import CHAT_BODY
+from edge.api.openai.responses_request import RESPONSES_BODY
 from gateway.adapters import params
 
 pytestmark = pytest.mark.backend_free

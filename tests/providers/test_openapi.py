@@ -23,7 +23,10 @@ from schemathesis.specs.openapi.checks import (
 )
 from schemathesis.specs.openapi.definitions import OPENAPI_31_VALIDATOR
 
-from edge.api import chat_request, embeddings_request, validation
+from edge.api import validation
+from edge.api.complete import request as complete_request
+from edge.api.json_body import ApiError
+from edge.api.openai import chat_request, embeddings_request
 from edge.api.openapi import openapi_document
 from tests.factories import AUTH
 from tests.providers.conftest import platform_served
@@ -184,7 +187,7 @@ def test_the_endpoints_document_every_refusal_they_can_give():
 @pytest.mark.parametrize(
     ("name", "fields"),
     [
-        ("CompleteRequest", validation.COMPLETE_FIELDS),
+        ("CompleteRequest", complete_request.COMPLETE_FIELDS),
         ("ChatCompletionRequest", chat_request.CHAT_BODY.all_fields),
     ],
 )
@@ -223,7 +226,7 @@ def _at_the_bounds(schema: dict[str, Any]) -> list[Any]:
 
 
 BODIES = {
-    "CompleteRequest": (validation.parse_complete, {"prompt": "Hello"}),
+    "CompleteRequest": (complete_request.parse_complete, {"prompt": "Hello"}),
     "ChatCompletionRequest": (
         chat_request.parse_chat,
         {"model": "auto", "messages": [{"role": "user", "content": "Hello"}], "stream": True},
@@ -245,14 +248,14 @@ def test_the_schema_and_the_validator_agree_on_every_value_of_every_field(name):
         for value in [*CANDIDATES, *_at_the_bounds(_component(name)["properties"].get(field, {}))]:
             body = {**base, field: value}
             documented = schema.is_valid(body)
-            accepted = not isinstance(parse(json.dumps(body).encode()), validation.ApiError)
+            accepted = not isinstance(parse(json.dumps(body).encode()), ApiError)
             if documented != accepted:
                 disagreements.append((field, value, f"schema {documented}, code {accepted}"))
     assert disagreements == []
     if name == "ChatCompletionRequest":  # a rule across fields: stream_options with stream only
         without_stream = {**base, "stream": False, "stream_options": {}}
         assert not schema.is_valid(without_stream)
-        assert isinstance(parse(json.dumps(without_stream).encode()), validation.ApiError)
+        assert isinstance(parse(json.dumps(without_stream).encode()), ApiError)
 
 
 @pure

@@ -14,8 +14,8 @@ import jsonschema_rs
 import openai
 import pytest
 
-from edge.api import responses_request
 from edge.api.json_body import ApiError
+from edge.api.openai import responses_request
 from edge.api.openapi import openapi_document
 from tests.factories import AUTH, TEST_CLIENT_KEY
 from tests.providers.conftest import ledger_rows

@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
-from edge.api.chat_request import parse_chat
 from edge.api.json_body import ApiError
+from edge.api.openai.chat_request import parse_chat
 from gateway.adapters.anthropic import AnthropicAdapter
 from gateway.adapters.errors import ErrorClass, ProviderError
 from gateway.adapters.messages import (

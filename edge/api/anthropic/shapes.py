@@ -18,7 +18,7 @@ from typing import Any
 
 from edge.api.json_answer import JsonAnswer
 from edge.api.json_body import ApiError
-from edge.api.openai_shapes import failover_object
+from edge.api.openai.shapes import failover_object
 from gateway.adapters.messages import Piece, Reasoning, ToolCall, ToolCallDelta
 from gateway.engine import codec
 from gateway.routing.result import RouteResult
@@ -144,7 +144,7 @@ class MessageShape:
 
 
 class MessageEvents:
-    """A stream's events (`edge.api.openai_common.Frames`): one content block at a time, a
+    """A stream's events (`edge.api.pipeline.Frames`): one content block at a time, a
     thinking block for the model's thinking (when the caller asked for it; its signature last,
     as Anthropic sends it), a text block for text, a tool_use block for each call."""
 

@@ -1,6 +1,6 @@
 """The frontends' endpoint: `POST /api/v1/complete`, one prompt in, one answer out.
 
-Errors are JSON, `{"error": {"code", "message", "field"?}}` (`edge.api.common`).
+Errors are JSON, `{"error": {"code", "message", "field"?}}` (`edge.api.arrival`).
 """
 
 from __future__ import annotations
@@ -10,23 +10,14 @@ from typing import Any
 
 from django.http import HttpRequest
 
-from edge.api.common import (
-    TIERS,
-    ApiError,
-    Arrival,
-    Refusal,
-    arrived,
-    caller_admitted,
-    error_response,
-    failover_headers,
-    json_errors,
-    refused,
-    route_request,
-    route_safely,
-)
+from edge.api.access import Refusal
+from edge.api.arrival import Arrival, arrived, caller_admitted, error_response, json_errors
+from edge.api.complete.request import parse_complete
 from edge.api.fields import JsonSchema
 from edge.api.json_answer import JsonAnswer
-from edge.api.validation import parse_complete
+from edge.api.json_body import ApiError
+from edge.api.pipeline import TIERS, failover_headers, route_request, route_safely
+from edge.api.turned_away import refused
 from gateway.adapters.messages import CompletionRequest
 from runtime.outcomes import record_call
 

@@ -1,6 +1,8 @@
-"""What the frontends' endpoints share: JSON errors, the host and envelope checks, the caller's
-admission (`access`), the routed request built from a parsed body, and the `X-Failover-*`
-headers.
+"""A request's arrival at any door, before anything is routed: its checks in their order
+(method, host, envelope, the caller's key, the body, the caller's admission: `access`), each
+refusal in the door's error shape through the one hook that counts and keeps it
+(`turned_away`), JSON errors, and the request's id. What happens next is the pipeline's
+(`edge/api/pipeline.py`).
 
 Served by the lean API handler (`failover_site.asgi`): no session, auth or CSRF middleware, so a
 request never leaves the event loop. Every failure answers JSON, with a 4xx for the client's
@@ -16,7 +18,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import DisallowedHost
@@ -24,18 +26,15 @@ from django.http import HttpRequest, HttpResponseBase
 
 from edge.api.access import Caller, Refusal, identify_or_find, permitted, rate_checked
 from edge.api.json_answer import JsonAnswer
+from edge.api.json_body import ApiError
 from edge.api.turned_away import refused
-from edge.api.validation import ApiError
 from gateway.adapters.messages import CompletionRequest
-from gateway.engine.clients import ALL_STAND_INS, StandIn
-from gateway.engine.tracing import REQUEST
-from gateway.routing.cascade import RouteError, RouteRequest, RouteResult, route
+from gateway.routing.cascade import RouteError, RouteRequest, RouteResult
 from gateway.routing.ports import Runtime
 from gateway.routing.rate_limits import RateTicket
 from gateway.routing.walk import Tier
 from runtime.gateway import Gateway, NotServing, gateway_of
 from runtime.outcomes import record_call
-from runtime.tracing import RequestSpan
 
 logger = logging.getLogger(__name__)
 
@@ -175,8 +174,10 @@ async def caller_of(request: HttpRequest, gateway: Gateway) -> Caller | Refusal:
         snapshot = await gateway.snapshots.current()
     except Exception:
         logger.exception("the configuration could not be read to check a caller")
-        unrouted = RouteRequest(completion=CompletionRequest(prompt=""), request_id=_new_id())
-        failed = _unroutable()
+        unrouted = RouteRequest(
+            completion=CompletionRequest(prompt=""), request_id=new_request_id()
+        )
+        failed = unroutable()
         record_call(gateway, unrouted, failed, 0)
         assert failed.error is not None
         return Refusal(
@@ -202,7 +203,7 @@ _VARIANT = 0b10 << 62
 _LOW_62 = (1 << 62) - 1
 
 
-def _new_id() -> str:
+def new_request_id() -> str:
     random_bits = _ids.getrandbits(74)
     value = (
         (time.time_ns() // 1_000_000) << 80
@@ -216,7 +217,7 @@ def _new_id() -> str:
     return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
-def _unroutable() -> RouteResult:
+def unroutable() -> RouteResult:
     return RouteResult(
         text="",
         tier=Tier.NONE,
@@ -290,110 +291,3 @@ async def _admitted(
     if isinstance(caller, Refusal):
         return refused(caller, render, request)
     return Arrival(gateway, caller, None, request, b"")
-
-
-def route_request(
-    parsed: Any,
-    completion: CompletionRequest,
-    caller: Caller,
-    rate: RateTicket | None,
-    **extra: Any,
-) -> RouteRequest:
-    """The request to route, with the gateway's own fields both endpoints take (priority,
-    task, allow_cloud, cache, user), as far as the caller may use them."""
-    trace = REQUEST.get()
-    if trace is not None:  # the process exports traces: what the request asks for
-        cast(RequestSpan, trace).asked(
-            operation="embeddings" if completion.embed else "chat",
-            model=getattr(parsed, "model", "") or "auto",
-            max_tokens=completion.max_tokens,
-            temperature=completion.temperature,
-            top_p=completion.top_p,
-            stream=bool(extra.get("stream", False)),
-        )
-    return RouteRequest(
-        completion=completion,
-        request_id=_new_id(),
-        priority=parsed.priority,
-        task=parsed.task,
-        allow_cloud=parsed.allow_cloud and caller.allow_cloud,
-        client=caller.name,
-        use_cache=parsed.cache,
-        sticky_key=parsed.user,
-        rate=rate,
-        stand_ins=caller.app.stand_ins if caller.app is not None else ALL_STAND_INS,
-        **extra,
-    )
-
-
-async def route_safely(routed: RouteRequest, runtime: Runtime) -> RouteResult:
-    try:
-        return await route(routed, runtime)
-    except Exception:
-        # Providers' failures are classified inside the router; reaching this means the
-        # platform itself failed (its configuration couldn't be read, say). The request is
-        # still answered in JSON and still recorded.
-        logger.exception("routing failed for request %s", routed.request_id)
-        return _unroutable()
-
-
-# The tiers an answer comes from (`RouteResult.tier`; "none" on an error that was routed).
-TIERS = tuple(tier.value for tier in Tier if tier != Tier.NONE)
-# `failover_headers` as the OpenAPI document describes them: on every routed answer.
-FAILOVER_HEADERS: dict[str, dict[str, Any]] = {
-    "X-Request-Id": {
-        "description": "The request's id in the call ledger.",
-        "schema": {"type": "string"},
-    },
-    "X-Failover-Tier": {
-        "description": "Which tier answered (none: an error after routing).",
-        "schema": {"enum": [*TIERS, "none"]},
-    },
-    "X-Failover-Provider": {
-        "description": "The provider that answered, or the tier that stood in.",
-        "schema": {"type": "string"},
-    },
-    "X-Failover-Cache-Age": {
-        "description": "A cached answer's age, in seconds.",
-        "schema": {"type": "string", "pattern": "^[0-9]+$"},
-    },
-    "X-Failover-Stand-In": {
-        "description": "On an answer no provider gave: what stood in for it (cached, static or "
-        "degraded, as the client app's stand-ins allow).",
-        "schema": {"enum": [stand_in.value for stand_in in StandIn]},
-    },
-    "X-Failover-Dropped": {
-        "description": "The request's fields the answering provider's call left out, comma "
-        "separated: it has no place for them (thinking for a model that doesn't think, an "
-        "Anthropic setting on another kind of provider); the ledger's attempt names them too.",
-        "schema": {"type": "string"},
-    },
-    "Retry-After": {
-        "description": "On a 503 no provider answered: seconds until a retry may find one (the "
-        "earliest probe of the breakers that turned the request away).",
-        "schema": {"type": "string", "pattern": "^[0-9]+$"},
-    },
-}
-# What stood in for a provider's answer, by the tier that gave it.
-_STAND_INS = {
-    Tier.CACHE: StandIn.CACHED,
-    Tier.STATIC: StandIn.STATIC,
-    Tier.DEGRADED: StandIn.DEGRADED,
-}
-
-
-def failover_headers(result: RouteResult, request_id: str) -> dict[str, str]:
-    headers = {
-        "X-Request-Id": request_id,
-        "X-Failover-Tier": result.tier,
-        "X-Failover-Provider": result.provider or result.tier,
-    }
-    if result.cached_age_s is not None:
-        headers["X-Failover-Cache-Age"] = str(result.cached_age_s)
-    if result.is_fallback and result.tier in _STAND_INS:
-        headers["X-Failover-Stand-In"] = _STAND_INS[result.tier].value
-    if result.retry_after_s is not None:
-        headers["Retry-After"] = str(result.retry_after_s)
-    if dropped := result.dropped:
-        headers["X-Failover-Dropped"] = ",".join(dropped)
-    return headers

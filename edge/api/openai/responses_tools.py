@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from edge.api.chat_tools import CHOICES, MAX_TOOLS, NAME, NAME_RULE
 from edge.api.fields import JsonSchema, invalid
 from edge.api.json_body import ApiError
+from edge.api.openai.chat_tools import CHOICES, MAX_TOOLS, NAME, NAME_RULE
 from gateway.adapters.messages import Tool
 
 NAME_PATTERN = f"^{NAME.pattern}$"

@@ -1,22 +1,22 @@
 """The parts of a Responses API request the field table can't check alone: `input` (messages,
 function calls and their outputs), the flat function `tools`, `tool_choice`, `text.format` and
 `metadata`, each with the JSON Schema that says the same, read with OpenAI's rules into what a
-Chat Completions request becomes (`edge/api/chat_messages.py`, `chat_tools.py`)."""
+Chat Completions request becomes (`edge/api/openai/chat_messages.py`, `chat_tools.py`)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import Any
 
-from edge.api.chat_messages import (
+from edge.api.fields import NOT_BLANK, JsonSchema, invalid
+from edge.api.images import IMAGE_URL, by_url, unsupported_content
+from edge.api.json_body import ApiError
+from edge.api.openai.chat_messages import (
     MAX_MESSAGES,
     ROLES,
     SYSTEM_ROLES,
 )
-from edge.api.chat_tools import NAME, NAME_RULE
-from edge.api.fields import NOT_BLANK, JsonSchema, invalid
-from edge.api.images import IMAGE_URL, by_url, unsupported_content
-from edge.api.json_body import ApiError
+from edge.api.openai.chat_tools import NAME, NAME_RULE
 from gateway.adapters.messages import Image, OutputFormat, Thought, ToolCall, Turn
 
 TEXT_TYPES = ("input_text", "output_text")

@@ -20,11 +20,11 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from edge.api.chat_messages import MAX_MESSAGES, MAX_STOP_SEQUENCES
-from edge.api.chat_tools import NAME
 from edge.api.fields import JsonSchema, invalid
 from edge.api.images import ANTHROPIC_IMAGE_BLOCK, anthropic_block, unsupported_content
 from edge.api.json_body import ApiError
+from edge.api.openai.chat_messages import MAX_MESSAGES, MAX_STOP_SEQUENCES
+from edge.api.openai.chat_tools import NAME
 from gateway.adapters.messages import Image, Thought, ToolCall, Turn
 
 NAME_PATTERN = f"^{NAME.pattern}$"

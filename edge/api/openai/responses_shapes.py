@@ -1,5 +1,5 @@
 """The Responses API's answers in OpenAI's shapes: the Response object, whole, and the typed
-events of a stream (their JSON Schemas are `edge/api/responses_schemas.py`).
+events of a stream (their JSON Schemas are `edge/api/openai/responses_schemas.py`).
 
 Every shape is a subset of OpenAI's own (`Response`, `ResponseStreamEvent` and its members)
 plus the gateway's `failover` object. The output is a reasoning item (when the request asked
@@ -14,8 +14,8 @@ import json
 import time
 from typing import Any
 
-from edge.api.openai_shapes import failover_object
-from edge.api.responses_request import ResponsesBody
+from edge.api.openai.responses_request import ResponsesBody
+from edge.api.openai.shapes import failover_object
 from gateway.adapters.messages import Piece, Reasoning, ToolCallDelta
 from gateway.routing.cascade import RouteResult
 

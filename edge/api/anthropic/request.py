@@ -17,10 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from edge.api.chat_request import CHAT_FIELDS, unsupported
-from edge.api.fields import BodyTable, Field, JsonSchema
-from edge.api.json_body import ApiError
-from edge.api.messages_input import (
+from edge.api.anthropic.conversation import (
     MESSAGES_SCHEMA,
     METADATA_SCHEMA,
     STOP_SEQUENCES_SCHEMA,
@@ -30,7 +27,7 @@ from edge.api.messages_input import (
     parse_stop_sequences,
     parse_system,
 )
-from edge.api.messages_thinking import (
+from edge.api.anthropic.thinking import (
     CONTEXT_MANAGEMENT_SCHEMA,
     OUTPUT_CONFIG_SCHEMA,
     OUTPUT_FORMAT_SCHEMA,
@@ -40,12 +37,15 @@ from edge.api.messages_thinking import (
     parse_output_format,
     parse_thinking,
 )
-from edge.api.messages_tools import (
+from edge.api.anthropic.tools import (
     TOOL_CHOICE_SCHEMA,
     TOOLS_SCHEMA,
     parse_tool_choice,
     parse_tools,
 )
+from edge.api.fields import BodyTable, Field, JsonSchema
+from edge.api.json_body import ApiError
+from edge.api.openai.chat_request import CHAT_FIELDS, unsupported
 from edge.api.validation import MAX_TOKENS_LIMIT, ROUTING_FIELDS
 from gateway.adapters import params
 from gateway.adapters.messages import CompletionRequest

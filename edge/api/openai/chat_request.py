@@ -13,7 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from edge.api.chat_messages import (
+from edge.api.fields import (
+    BodyTable,
+    Field,
+    JsonSchema,
+    invalid,
+)
+from edge.api.json_body import ApiError
+from edge.api.openai.chat_messages import (
     EMPTY,
     MAX_MESSAGES,
     MAX_STOP_SEQUENCES,
@@ -22,7 +29,7 @@ from edge.api.chat_messages import (
     conversation,
     is_empty,
 )
-from edge.api.chat_tools import (
+from edge.api.openai.chat_tools import (
     RESPONSE_FORMAT_SCHEMA,
     TOOL_CHOICE_SCHEMA,
     TOOLS_SCHEMA,
@@ -30,13 +37,6 @@ from edge.api.chat_tools import (
     parse_tool_choice,
     parse_tools,
 )
-from edge.api.fields import (
-    BodyTable,
-    Field,
-    JsonSchema,
-    invalid,
-)
-from edge.api.json_body import ApiError
 from edge.api.validation import ROUTING_FIELDS, TEMPERATURE, max_tokens_field
 from gateway.adapters import params
 from gateway.adapters.messages import OutputFormat, Thinking, Tool, Turn, thinking_of_effort

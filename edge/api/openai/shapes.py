@@ -11,10 +11,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from edge.api.chat_request import ChatBody
-from edge.api.common import TIERS
 from edge.api.fields import JsonSchema
 from edge.api.json_body import ApiError
+from edge.api.openai.chat_request import ChatBody
+from edge.api.pipeline import TIERS
 from gateway.adapters.messages import Piece, Reasoning, ToolCall
 from gateway.engine import codec
 from gateway.routing.cascade import RouteResult

@@ -14,11 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from edge.api.chat_messages import ROLES
-from edge.api.chat_request import CHAT_FIELDS, option_field, unsupported
 from edge.api.fields import BodyTable, Field, JsonSchema, invalid
 from edge.api.json_body import ApiError
-from edge.api.responses_input import (
+from edge.api.openai.chat_messages import ROLES
+from edge.api.openai.chat_request import CHAT_FIELDS, option_field, unsupported
+from edge.api.openai.responses_input import (
     INPUT_SCHEMA,
     METADATA_SCHEMA,
     TEXT_SCHEMA,
@@ -26,8 +26,8 @@ from edge.api.responses_input import (
     parse_metadata,
     parse_text,
 )
-from edge.api.responses_reasoning import REASONING_SCHEMA, parse_reasoning
-from edge.api.responses_tools import (
+from edge.api.openai.responses_reasoning import REASONING_SCHEMA, parse_reasoning
+from edge.api.openai.responses_tools import (
     TOOL_CHOICE_SCHEMA,
     TOOLS_SCHEMA,
     parse_tool_choice,

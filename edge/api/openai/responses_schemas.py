@@ -1,12 +1,12 @@
 """The JSON Schemas of the Responses API's answers (the schemas of `/api/openapi.json`): the
 Response object, its output items, and the typed events of a stream, each a subset of OpenAI's
 own (`Response`, `ResponseStreamEvent` and its members) plus the gateway's `failover` object.
-The answers themselves are `edge/api/responses_shapes.py`."""
+The answers themselves are `edge/api/openai/responses_shapes.py`."""
 
 from __future__ import annotations
 
 from edge.api.fields import JsonSchema
-from edge.api.openai_shapes import FAILOVER_SCHEMA, NULLABLE_STRING
+from edge.api.openai.shapes import FAILOVER_SCHEMA, NULLABLE_STRING
 
 STATUSES = ["completed", "incomplete", "in_progress"]
 INTEGER: JsonSchema = {"type": "integer", "minimum": 0}

@@ -1,14 +1,14 @@
 """The JSON Schemas of what `POST /v1/messages` and `/v1/messages/count_tokens` answer
-(`edge/api/messages_shapes.py` builds it): the message, each stream event, Anthropic's error
+(`edge/api/anthropic/shapes.py` builds it): the message, each stream event, Anthropic's error
 shape and the token count, for the API's OpenAPI document (`edge/api/openapi.py`)."""
 
 from __future__ import annotations
 
+from edge.api.anthropic.shapes import ERROR_TYPES, STOP_REASONS
 from edge.api.fields import JsonSchema
-from edge.api.messages_shapes import ERROR_TYPES, STOP_REASONS
-from edge.api.openai_shapes import FAILOVER_SCHEMA
-from edge.api.responses_schemas import INTEGER as COUNT
-from edge.api.responses_schemas import STRING, typed_events
+from edge.api.openai.responses_schemas import INTEGER as COUNT
+from edge.api.openai.responses_schemas import STRING, typed_events
+from edge.api.openai.shapes import FAILOVER_SCHEMA
 
 TEXT_BLOCK: JsonSchema = {
     "type": "object",

@@ -4,9 +4,9 @@
 Clients and agents built on the `anthropic` SDK point their base URL at the gateway (the key
 as `x-api-key`, or as a bearer token) and gain the cascade unchanged: the same keys, limits,
 breakers, budgets and ledger, whichever provider answers (Ollama, an OpenAI-compatible one or
-Anthropic itself). The body (`edge/api/messages_request.py`) becomes the same
+Anthropic itself). The body (`edge/api/anthropic/request.py`) becomes the same
 `CompletionRequest` a Chat Completions request does, `model` read by
-`edge.api.models.resolve_model`; the answer is a message (`edge/api/messages_shapes.py`),
+`edge.api.models.resolve_model`; the answer is a message (`edge/api/anthropic/shapes.py`),
 whole or streamed as Anthropic's typed events; every error is in Anthropic's error shape; every
 answer carries the `X-Failover-*` headers. The static tier and the degradation message answer
 as messages too, as the client app's stand-ins allow.
@@ -16,24 +16,22 @@ from __future__ import annotations
 
 import functools
 import re
-import time
 from dataclasses import replace
 
 from django.http import HttpRequest, HttpResponseBase
 
-from edge.api.common import arrived as arrive
-from edge.api.common import failover_headers, json_errors, refused
+from edge.api.anthropic.request import MessagesBody, parse_count_body, parse_messages_body
+from edge.api.anthropic.shapes import MessageEvents, MessageShape, anthropic_error
+from edge.api.arrival import arrived as arrive
+from edge.api.arrival import json_errors
 from edge.api.json_answer import JsonAnswer
 from edge.api.json_body import ApiError
-from edge.api.messages_request import parse_count_body, parse_messages_body
-from edge.api.messages_shapes import MessageEvents, MessageShape, anthropic_error
 from edge.api.models import resolve_model
-from edge.api.openai_chat import routed_by_model
-from edge.api.openai_common import EventStreamResponse, ms_since, relay, routed_error
+from edge.api.pipeline import Door, served
+from edge.api.turned_away import refused
 from gateway.adapters.messages import CompletionRequest, estimate_tokens, prompt_needed
 from gateway.engine import codec
 from gateway.routing.result import RouteResult
-from runtime.outcomes import record_call
 
 anthropic_json_errors = functools.partial(json_errors, render=anthropic_error)
 # Beta names are short words, digits and dashes; a header holds a few dozen at most.
@@ -74,28 +72,24 @@ def with_betas(completion: CompletionRequest, request: HttpRequest) -> Completio
     return replace(completion, options=(*completion.options, ("anthropic_beta", betas)))
 
 
+def shape(parsed: MessagesBody, result: RouteResult, request_id: str) -> MessageShape:
+    thinking = parsed.completion.thinking
+    return MessageShape(result, request_id, thinking=bool(thinking and thinking.on))
+
+
+MESSAGES = Door(
+    parse=parse_messages_body,
+    ask=lambda parsed, request: with_betas(parsed.completion, request),
+    whole=lambda parsed, result, request_id: shape(parsed, result, request_id).message(),
+    frames=lambda parsed, result, request_id: MessageEvents(shape(parsed, result, request_id)),
+    render=anthropic_error,
+    worded=in_anthropics_words,
+)
+
+
 @anthropic_json_errors
 async def messages(request: HttpRequest) -> HttpResponseBase:
-    started = time.perf_counter()
-    arrival = await arrive(request, parse_messages_body, anthropic_error)
-    if isinstance(arrival, HttpResponseBase):
-        return arrival
-    gateway, parsed = arrival.gateway, arrival.parsed
-    found = await routed_by_model(arrival, with_betas(parsed.completion, request), anthropic_error)
-    if isinstance(found, HttpResponseBase):
-        return found
-    routed, result = found
-    headers = failover_headers(result, routed.request_id)
-    if result.error is not None:
-        record_call(gateway, routed, result, ms_since(started))
-        return routed_error(in_anthropics_words(result), headers, anthropic_error)
-    thinking = parsed.completion.thinking
-    shape = MessageShape(result, routed.request_id, thinking=bool(thinking and thinking.on))
-    if parsed.stream:
-        events = relay(MessageEvents(shape), gateway, routed, result, started)
-        return EventStreamResponse(events, headers=headers)
-    record_call(gateway, routed, result, ms_since(started))
-    return JsonAnswer(shape.message(), headers=headers)
+    return await served(MESSAGES, request)
 
 
 @anthropic_json_errors

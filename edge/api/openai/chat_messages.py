@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from edge.api.chat_tools import tool_calls_of, tool_turn
 from edge.api.fields import JsonSchema, invalid
 from edge.api.images import IMAGE_URL, by_url, unsupported_content
 from edge.api.json_body import ApiError
+from edge.api.openai.chat_tools import tool_calls_of, tool_turn
 from gateway.adapters.messages import Image, ToolCall, Turn
 
 # As many as an agent's long run holds (OpenAI's arrays take 2,048). A conversation's length has

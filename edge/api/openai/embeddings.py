@@ -19,27 +19,23 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponseBase
 
-from edge.api.common import (
-    Refusal,
-    caller_admitted,
-    failover_headers,
-    refused,
-    route_request,
-    route_safely,
-)
-from edge.api.embeddings_request import EmbeddingsBody, parse_embeddings
+from edge.api.access import Refusal
+from edge.api.arrival import caller_admitted
 from edge.api.fields import JsonSchema
 from edge.api.json_answer import JsonAnswer
 from edge.api.json_body import ApiError
 from edge.api.models import Purpose, resolve_model
-from edge.api.openai_common import (
-    arrived,
+from edge.api.openai.embeddings_request import EmbeddingsBody, parse_embeddings
+from edge.api.openai.errors import arrived, openai_error, openai_json_errors
+from edge.api.openai.shapes import FAILOVER_SCHEMA, failover_object
+from edge.api.pipeline import (
+    failover_headers,
     ms_since,
-    openai_error,
-    openai_json_errors,
+    route_request,
+    route_safely,
     routed_error,
 )
-from edge.api.openai_shapes import FAILOVER_SCHEMA, failover_object
+from edge.api.turned_away import refused
 from gateway.adapters.messages import CompletionRequest
 from runtime.outcomes import record_call
 
@@ -75,7 +71,7 @@ async def embeddings(request: HttpRequest) -> HttpResponseBase:
     record_call(gateway, routed, result, ms_since(started))
     headers = failover_headers(result, routed.request_id)
     if result.error is not None:
-        return routed_error(result, headers)
+        return routed_error(result, headers, openai_error)
     return JsonAnswer(_body(parsed, result, routed.request_id), headers=headers)
 
 
