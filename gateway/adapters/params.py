@@ -26,6 +26,11 @@ class Passed:
 
 
 @dataclass(frozen=True, slots=True)
+class Appended:
+    path: str  # a list at the top of the upstream's body, the parameter's items added to it
+
+
+@dataclass(frozen=True, slots=True)
 class Header:
     name: str  # sent as this request header, a list joined by commas
 
@@ -45,7 +50,7 @@ class NotSent:
     why: str
 
 
-Rule = Passed | Header | Translated | Refused | NotSent
+Rule = Passed | Appended | Header | Translated | Refused | NotSent
 
 NO_SEED = Refused("Anthropic's Messages API has no sampling seed.")
 NO_PENALTY = Refused("Anthropic's Messages API has no repetition penalties.")
@@ -134,6 +139,17 @@ TABLE: dict[str, dict[str, Rule]] = {
         name: {OPENAI: ANTHROPIC_ONLY, OLLAMA: ANTHROPIC_ONLY, ANTHROPIC: Passed(name)}
         for name in ANTHROPIC_SETTINGS
     },
+    "anthropic_tools": {
+        OPENAI: NotSent(
+            "Anthropic's own tools (web search, bash, the text editor …); no other "
+            "kind of provider runs them."
+        ),
+        OLLAMA: NotSent(
+            "Anthropic's own tools (web search, bash, the text editor …); no other "
+            "kind of provider runs them."
+        ),
+        ANTHROPIC: Appended("tools"),
+    },
     "anthropic_beta": {
         OPENAI: ANTHROPIC_ONLY,
         OLLAMA: ANTHROPIC_ONLY,
@@ -175,7 +191,12 @@ def dropped(options: Iterable[tuple[str, Any]], dialect: str) -> tuple[str, ...]
     for name, value in options:
         if isinstance(TABLE[name][dialect], NotSent):
             # Each built-in tool by its type: the client sees which of its tools were left out.
-            names += [f"tools.{kind}" for kind in value] if name == "hosted_tools" else [name]
+            if name == "hosted_tools":
+                names += [f"tools.{kind}" for kind in value]
+            elif name == "anthropic_tools":
+                names += [f"tools.{spec['type']}" for spec in value]
+            else:
+                names.append(name)
     return tuple(names)
 
 
@@ -193,6 +214,9 @@ def apply(payload: dict[str, Any], options: Iterable[tuple[str, Any]], dialect: 
     """Write each passed option into `payload` at its dialect's path."""
     for name, value in options:
         found = TABLE[name][dialect]
+        if isinstance(found, Appended):
+            payload.setdefault(found.path, []).extend(value)
+            continue
         if not isinstance(found, Passed):
             continue
         if name == "parallel_tool_calls":
@@ -218,6 +242,8 @@ def described(name: str) -> str:
             parts.append(f"{dialect}: sent as {found.path}")
         elif isinstance(found, Header):
             parts.append(f"{dialect}: sent as the {found.name} header")
+        elif isinstance(found, Appended):
+            parts.append(f"{dialect}: sent in {found.path}")
         elif isinstance(found, Translated):
             parts.append(f"{dialect}: translated ({found.why.rstrip('.')})")
         elif isinstance(found, Refused):

@@ -428,3 +428,22 @@ async def test_an_openai_reasoning_model_is_asked_its_effort_and_its_thinking_re
     assert secondary.last_request("/v1/chat/completions")["body"]["reasoning_effort"] == "minimal"
     assert message.content[0].type == "thinking"
     assert message.content[0].signature == "failover-thinking:openai"
+
+
+WEB_SEARCH = {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}
+
+
+async def test_anthropics_own_tools_go_to_claude_as_they_came_and_are_dropped_elsewhere(
+    claude_too, live_url, primary, secondary, claude
+):
+    body = {"model": "auto", "max_tokens": 500, "messages": HELLO, "tools": [READ, WEB_SEARCH]}
+    async with claude_sdk(live_url) as client:
+        raw = await client.messages.with_raw_response.create(**body)
+        assert raw.headers["X-Failover-Dropped"] == "tools.web_search_20250305"
+        assert [
+            t["function"]["name"] for t in primary.last_request("/api/chat")["body"]["tools"]
+        ] == ["Read"]
+        raw = await client.messages.with_raw_response.create(**{**body, "model": "claude"})
+    assert raw.headers["X-Failover-Provider"] == "claude"
+    assert "X-Failover-Dropped" not in raw.headers
+    assert claude.last_request("/v1/messages")["body"]["tools"][1] == WEB_SEARCH

@@ -219,9 +219,10 @@ class MessagesBody:
 def _completion(values: dict[str, Any], *, user: str = "", **sampling: Any) -> CompletionRequest:
     prompt, history, turns = values["messages"]
     tool_choice, parallel = values["tool_choice"]
-    tools = values["tools"]
+    tools, anthropics = values["tools"]
     effort, output_config, output = values.get("output_config") or ("", None, None)
     carried = {
+        "anthropic_tools": anthropics or None,
         "top_k": values.get("top_k"),
         "output_config": output_config,
         "context_management": values.get("context_management"),

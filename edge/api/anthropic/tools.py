@@ -1,10 +1,12 @@
 """The tools of an Anthropic Messages request: client tools (name, description,
 input_schema) and `tool_choice`, each with the JSON Schema that says the same, read into the
-same `Tool`s and tool choice a Chat Completions request becomes. A server tool Anthropic runs on
-its side is refused by name: no provider behind the gateway runs it."""
+same `Tool`s and tool choice a Chat Completions request becomes; Anthropic's own tools (a
+versioned type: web search, bash, the text editor, code execution …) kept as they came, for an
+Anthropic provider only."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from edge.api.fields import JsonSchema, invalid
@@ -19,18 +21,34 @@ def _unsupported(message: str, at: str) -> ApiError:
     return ApiError(400, "unsupported_parameter", message, at)
 
 
+# Anthropic's own tools, by a versioned type (web_search_20250305, bash_20250124,
+# text_editor_20250728, code_execution_20250825 …): carried to an Anthropic provider as they
+# are, left out elsewhere (no other kind of provider knows them) and named as dropped.
+ANTHROPIC_TOOL = re.compile(r"[a-z][a-z0-9_]*_\d{8}")
 TOOLS_SCHEMA: JsonSchema = {
     "type": ["array", "null"],
     "maxItems": MAX_TOOLS,
     "items": {
-        "type": "object",
-        "required": ["name", "input_schema"],
-        "properties": {
-            "type": {"const": "custom"},
-            "name": {"type": "string", "pattern": NAME_PATTERN},
-            "description": {"type": ["string", "null"]},
-            "input_schema": {"type": "object"},
-        },
+        "anyOf": [
+            {
+                "type": "object",
+                "required": ["name", "input_schema"],
+                "properties": {
+                    "type": {"const": "custom"},
+                    "name": {"type": "string", "pattern": NAME_PATTERN},
+                    "description": {"type": ["string", "null"]},
+                    "input_schema": {"type": "object"},
+                },
+            },
+            {
+                "type": "object",
+                "required": ["type", "name"],
+                "properties": {
+                    "type": {"type": "string", "pattern": f"^{ANTHROPIC_TOOL.pattern}$"},
+                    "name": {"type": "string", "minLength": 1},
+                },
+            },
+        ]
     },
 }
 TOOL_CHOICE_SCHEMA: JsonSchema = {
@@ -52,21 +70,27 @@ CHOICES = {"auto": "auto", "any": "required", "none": "none"}
 
 
 def parse_tools(value: Any, body: dict[str, Any]) -> Any:
-    """The client tools offered, as `Tool`s (() when none); a server tool is refused."""
+    """(the client tools offered, as `Tool`s; Anthropic's own tools, as they came)."""
     if value is None or value == []:
-        return ()
+        return (), ()
     if not isinstance(value, list) or len(value) > MAX_TOOLS:
         return invalid("tools", f"'tools' must be a list of at most {MAX_TOOLS} tools.")
     tools: list[Tool] = []
+    anthropics: list[dict[str, Any]] = []
     for index, item in enumerate(value):
         at = f"tools.{index}"
         if not isinstance(item, dict):
             return invalid(at, "Each tool is an object.")
         kind = item.get("type", "custom")
+        if isinstance(kind, str) and ANTHROPIC_TOOL.fullmatch(kind):
+            if not isinstance(item.get("name"), str) or not item["name"]:
+                return invalid(f"{at}.name", f"A {kind} tool needs its 'name'.")
+            anthropics.append(item)
+            continue
         if kind != "custom":
             return _unsupported(
-                f"Only client tools (name, input_schema) are supported, not '{kind}': this "
-                "gateway runs no server tools.",
+                f"Tools are client tools (name, input_schema) or Anthropic's own by a "
+                f"versioned type, not '{kind}'.",
                 f"{at}.type",
             )
         name, description, schema = (
@@ -83,7 +107,7 @@ def parse_tools(value: Any, body: dict[str, Any]) -> Any:
         if not isinstance(schema, dict):
             return invalid(f"{at}.input_schema", "'input_schema' must be a JSON Schema object.")
         tools.append(Tool(name, description or "", schema))
-    return tuple(tools)
+    return tuple(tools), tuple(anthropics)
 
 
 def parse_tool_choice(value: Any, body: dict[str, Any]) -> Any:
