@@ -447,3 +447,53 @@ async def test_anthropics_own_tools_go_to_claude_as_they_came_and_are_dropped_el
     assert raw.headers["X-Failover-Provider"] == "claude"
     assert "X-Failover-Dropped" not in raw.headers
     assert claude.last_request("/v1/messages")["body"]["tools"][1] == WEB_SEARCH
+
+
+APPLY_PATCH = {
+    "type": "custom",
+    "name": "apply_patch",
+    "description": "Apply a patch.",
+    "format": {"type": "grammar", "syntax": "lark", "definition": "start: /(.|\\n)+/"},
+}
+PATCH = "*** Begin Patch\n*** Add File: a.txt\n+hello\n*** End Patch\n"
+
+
+async def test_a_custom_tools_call_comes_back_as_a_custom_tool_call_whole_and_streamed(
+    live_url, primary, secondary
+):
+    primary.set_fault(tool_name="apply_patch", tool_arguments={"input": PATCH})
+    body = {"model": "auto", "input": "Add a.txt.", "tools": [APPLY_PATCH]}
+    async with httpx.AsyncClient(timeout=30, headers=AUTH) as http:
+        whole = (await http.post(live_url + "/v1/responses", json=body)).json()
+        streamed = await http.post(live_url + "/v1/responses", json={**body, "stream": True})
+    assert_openai("Response", whole)
+    [call] = whole["output"]
+    assert (call["type"], call["name"], call["input"]) == ("custom_tool_call", "apply_patch", PATCH)
+    sent = primary.last_request("/api/chat")["body"]["tools"][0]["function"]
+    assert sent["parameters"]["required"] == ["input"]
+    assert "lark grammar" in sent["parameters"]["properties"]["input"]["description"]
+    events_ = checked_events(streamed.text)
+    [done] = [e for e in events_ if e["type"] == "response.custom_tool_call_input.done"]
+    assert done["input"] == PATCH
+    assert events_[-1]["response"]["output"][0]["input"] == PATCH
+
+
+async def test_a_custom_tools_call_and_its_output_go_back_as_a_tool_turn(
+    live_url, primary, secondary
+):
+    items = [
+        {"role": "user", "content": "Add a.txt."},
+        {"type": "custom_tool_call", "call_id": "call_9", "name": "apply_patch", "input": PATCH},
+        {"type": "custom_tool_call_output", "call_id": "call_9", "output": "Done!"},
+    ]
+    async with openai.AsyncOpenAI(
+        base_url=live_url + "/v1", api_key=TEST_CLIENT_KEY, max_retries=0
+    ) as client:
+        response = await client.responses.create(model="auto", input=items, tools=[APPLY_PATCH])
+    assert response.output_text == "The tool said: Done!"
+    *_, call, result = primary.last_request("/api/chat")["body"]["messages"]
+    assert call["tool_calls"][0]["function"] == {
+        "name": "apply_patch",
+        "arguments": {"input": PATCH},
+    }
+    assert (result["role"], result["content"]) == ("tool", "Done!")

@@ -5,6 +5,7 @@ Chat Completions request becomes (`edge/api/openai/chat_messages.py`, `chat_tool
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from typing import Any
 
@@ -17,6 +18,7 @@ from edge.api.openai.chat_messages import (
     SYSTEM_ROLES,
 )
 from edge.api.openai.chat_tools import NAME, NAME_RULE
+from edge.api.openai.responses_tools import FREEFORM_INPUT
 from gateway.adapters.messages import Image, OutputFormat, Thought, ToolCall, Turn
 
 TEXT_TYPES = ("input_text", "output_text")
@@ -65,6 +67,17 @@ OUTPUT_ITEM: JsonSchema = {
         "output": {"anyOf": [{"type": "string"}, PARTS]},
     },
 }
+# A custom tool's call and its output, as the Responses API replays them.
+CUSTOM_CALL_ITEM: JsonSchema = {
+    "type": "object",
+    "required": ["type", "call_id"],
+    "properties": {
+        "type": {"enum": ["custom_tool_call", "custom_tool_call_output"]},
+        "call_id": CALL_ID,
+        "name": {"type": "string"},
+        "input": {"type": "string"},
+    },
+}
 INPUT_SCHEMA: JsonSchema = {
     "anyOf": [
         {"type": "string", "pattern": NOT_BLANK},
@@ -72,7 +85,7 @@ INPUT_SCHEMA: JsonSchema = {
             "type": "array",
             "minItems": 1,
             "maxItems": MAX_MESSAGES,
-            "items": {"anyOf": [MESSAGE_ITEM, FUNCTION_CALL_ITEM, OUTPUT_ITEM]},
+            "items": {"anyOf": [MESSAGE_ITEM, FUNCTION_CALL_ITEM, OUTPUT_ITEM, CUSTOM_CALL_ITEM]},
         },
     ]
 }
@@ -182,8 +195,14 @@ def _item(item: Any, at: str, turns: list[Turn], calls: dict[str, str]) -> str |
             turns.append(Turn("assistant", thoughts=(thought,)))
         return None
     call_id = item["call_id"] if isinstance(item.get("call_id"), str) else ""
-    if kind in ("function_call", "function_call_output") and not call_id:
+    if kind in CALL_ITEMS and not call_id:
         return invalid(f"{at}.call_id", f"A {kind} item needs its 'call_id'.")
+    if kind == "custom_tool_call":  # a custom tool's call: its free text, as the function's input
+        name, given = item.get("name"), item.get("input")
+        if not isinstance(name, str) or not name or not isinstance(given, str):
+            return invalid(at, "A custom_tool_call item needs a 'name' and its 'input' text.")
+        item = {"name": name, "arguments": json.dumps({FREEFORM_INPUT: given})}
+        kind = "function_call"
     if kind == "function_call":
         name, arguments = item.get("name"), item.get("arguments")
         if not isinstance(name, str) or not name or not isinstance(arguments, str):
@@ -195,7 +214,7 @@ def _item(item: Any, at: str, turns: list[Turn], calls: dict[str, str]) -> str |
         else:
             turns.append(Turn("assistant", tool_calls=(call,)))
         return None
-    if kind == "function_call_output":
+    if kind in ("function_call_output", "custom_tool_call_output"):
         if call_id not in calls:
             return invalid(
                 f"{at}.call_id", f"No earlier function_call item has the call_id '{call_id}'."
@@ -213,9 +232,19 @@ def _item(item: Any, at: str, turns: list[Turn], calls: dict[str, str]) -> str |
     return ApiError(
         400,
         "unsupported_parameter",
-        "Input items are messages, reasoning, function_call and function_call_output items only.",
+        "Input items are messages, reasoning, function and custom tool calls and their "
+        "outputs only.",
         f"{at}.type",
     )
+
+
+# The items that name a call: a function's or a custom tool's, and their outputs.
+CALL_ITEMS = (
+    "function_call",
+    "function_call_output",
+    "custom_tool_call",
+    "custom_tool_call_output",
+)
 
 
 def _only_thought(turn: Turn) -> bool:

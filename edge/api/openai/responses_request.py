@@ -213,6 +213,7 @@ class ResponsesBody:
     reasoning: dict[str, Any] | None = None  # as asked, given back in the Response object
     summary: bool = False  # a reasoning item's summary is wanted
     hosted_tools: tuple[dict[str, Any], ...] = ()  # built-in tools offered: none is run
+    custom_tools: frozenset[str] = frozenset()  # their calls answered as custom tool calls
     priority: str = "normal"
     task: str = ""
     allow_cloud: bool = True
@@ -226,7 +227,7 @@ def parse_responses(raw: bytes) -> ResponsesBody | ApiError:
     if isinstance(values, ApiError):
         return values
     system_prompt, prompt, history, turns = values["input"]
-    tools, hosted = values["tools"]
+    tools, hosted, custom = values["tools"]
     parallel = values["parallel_tool_calls"]
     verbosity = values["text"][1]
     carried = {
@@ -274,6 +275,7 @@ def parse_responses(raw: bytes) -> ResponsesBody | ApiError:
         reasoning=reasoning,
         summary=summary,
         hosted_tools=hosted,
+        custom_tools=custom,
         **{field.name: values[field.name] for field in ROUTING_FIELDS},
     )
 

@@ -44,7 +44,16 @@ REASONING_SCHEMA = _object(
     summary={"type": "array", "items": SUMMARY_TEXT_SCHEMA},
     status={"enum": STATUSES},
 )
-OUTPUT_ITEM_SCHEMA: JsonSchema = {"anyOf": [REASONING_SCHEMA, MESSAGE_SCHEMA, FUNCTION_CALL_SCHEMA]}
+CUSTOM_TOOL_CALL_SCHEMA = _object(
+    type={"const": "custom_tool_call"},
+    id={"type": "string", "pattern": "^ctc_"},
+    call_id=STRING,
+    name=STRING,
+    input={"type": "string", "description": "The custom tool's free-text input."},
+)
+OUTPUT_ITEM_SCHEMA: JsonSchema = {
+    "anyOf": [REASONING_SCHEMA, MESSAGE_SCHEMA, FUNCTION_CALL_SCHEMA, CUSTOM_TOOL_CALL_SCHEMA]
+}
 USAGE_SCHEMA = _object(
     input_tokens=INTEGER,
     input_tokens_details=_object(cached_tokens=INTEGER, cache_write_tokens=INTEGER),
@@ -178,6 +187,8 @@ def stream_event_schema(response: JsonSchema) -> JsonSchema:
         _event_schema("response.output_text.delta", **_PART, delta=STRING, logprobs=NO_ITEMS),
         _event_schema("response.output_text.done", **_PART, text=STRING, logprobs=NO_ITEMS),
         _event_schema("response.function_call_arguments.delta", **_AT, delta=STRING),
+        _event_schema("response.custom_tool_call_input.delta", **_AT, delta=STRING),
+        _event_schema("response.custom_tool_call_input.done", **_AT, input=STRING),
         _event_schema(
             "response.function_call_arguments.done", **_AT, name=STRING, arguments=STRING
         ),

@@ -15,9 +15,21 @@ import time
 from typing import Any
 
 from edge.api.openai.responses_request import ResponsesBody
+from edge.api.openai.responses_tools import FREEFORM_INPUT
 from edge.api.openai.shapes import failover_object
 from gateway.adapters.messages import Piece, Reasoning, ToolCallDelta
 from gateway.routing.cascade import RouteResult
+
+
+def freeform_input(arguments: str) -> str:
+    """A custom tool's free-text input, from the arguments of the function that stood for it
+    (`responses_tools.FREEFORM_INPUT`); arguments of another shape, as they came."""
+    try:
+        value = json.loads(arguments) if arguments else {}
+    except ValueError:
+        return arguments
+    given = value.get(FREEFORM_INPUT) if isinstance(value, dict) else None
+    return given if isinstance(given, str) else arguments
 
 
 def _summary(text: str) -> dict[str, Any]:
@@ -65,6 +77,14 @@ class ResponseShape:
         return {"type": "reasoning", "id": f"rs_{self.key}", "summary": summary, "status": status}
 
     def call(self, index: int, call_id: str, name: str, arguments: str, status: str) -> Any:
+        if name in self.parsed.custom_tools:  # a custom tool's call: its free text
+            return {
+                "type": "custom_tool_call",
+                "id": f"ctc_{self.key}_{index}",
+                "call_id": call_id or f"call_{self.key}_{index}",
+                "name": name,
+                "input": freeform_input(arguments),
+            }
         return {
             "type": "function_call",
             "id": f"fc_{self.key}_{index}",
@@ -123,7 +143,9 @@ class ResponseShape:
             "tool_choice": choice,
             **({"reasoning": parsed.reasoning} if parsed.reasoning is not None else {}),
             "tools": [
-                {
+                {"type": "custom", "name": tool.name, "description": tool.description or None}
+                if tool.name in parsed.custom_tools
+                else {
                     "type": "function",
                     "name": tool.name,
                     "description": tool.description or None,
@@ -167,6 +189,9 @@ class ResponseEvents:
         self.text_at: int | None = None  # the message's output index, once it has text
         self.thought_at: int | None = None  # the reasoning item's, once the model thought
         self.calls: dict[int, int] = {}  # a streamed call's index → its output index
+        # A custom tool's call's arguments as they come (JSON text holding its free text, which
+        # is given whole at the call's end).
+        self.custom: dict[int, str] = {}
 
     def _event(self, kind: str, **fields: Any) -> bytes:
         body = {"type": f"response.{kind}" if kind != "error" else kind, **fields}
@@ -223,7 +248,9 @@ class ResponseEvents:
                 call = self.shape.call(len(self.calls), piece.id, piece.name, "", "in_progress")
                 at = self.calls[piece.index] = self._added(call)
                 events.append(self._event("output_item.added", output_index=at, item=call))
-            if piece.arguments:
+            if self.items[at]["type"] == "custom_tool_call":
+                self.custom[at] = self.custom.get(at, "") + piece.arguments
+            elif piece.arguments:
                 self.items[at]["arguments"] += piece.arguments
                 events.append(self._of("function_call_arguments.delta", at, delta=piece.arguments))
             return events
@@ -254,6 +281,10 @@ class ResponseEvents:
                 part = item["content"][0]
                 events.append(self._of("output_text.done", at, text=part["text"], logprobs=[]))
                 events.append(self._of("content_part.done", at, part=part))
+            elif item["type"] == "custom_tool_call":
+                item["input"] = text = freeform_input(self.custom.get(at, ""))
+                events.append(self._of("custom_tool_call_input.delta", at, delta=text))
+                events.append(self._of("custom_tool_call_input.done", at, input=text))
             else:
                 item["status"] = "completed"
                 arguments = item["arguments"]

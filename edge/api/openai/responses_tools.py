@@ -12,6 +12,8 @@ from edge.api.openai.chat_tools import CHOICES, MAX_TOOLS, NAME, NAME_RULE
 from gateway.adapters.messages import Tool
 
 NAME_PATTERN = f"^{NAME.pattern}$"
+# A custom tool's one parameter: its free-text input, as the function a chat provider calls.
+FREEFORM_INPUT = "input"
 # Built-in tools OpenAI runs on its side: taken, and left out of every provider's request (no
 # provider here runs them), named in the answer's X-Failover-Dropped header.
 HOSTED_TOOLS = frozenset(
@@ -62,6 +64,16 @@ TOOLS_SCHEMA: JsonSchema = {
             },
             {
                 "type": "object",
+                "required": ["type", "name"],
+                "properties": {
+                    "type": {"const": "custom"},
+                    "name": {"type": "string", "pattern": NAME_PATTERN},
+                    "description": {"type": ["string", "null"]},
+                    "format": {"type": ["object", "null"]},
+                },
+            },
+            {
+                "type": "object",
                 "required": ["type"],
                 "properties": {"type": {"enum": sorted(HOSTED_TOOLS)}},
             },
@@ -82,19 +94,28 @@ TOOL_CHOICE_SCHEMA: JsonSchema = {
 
 
 def parse_tools(value: Any, body: dict[str, Any]) -> Any:
-    """(the function tools offered, as `Tool`s, a namespace's flattened into them; the built-in
-    tools offered, which no provider here runs)."""
+    """(the function tools offered, as `Tool`s, a namespace's flattened into them and a custom
+    tool as a function of its free-text input; the built-in tools offered, which no provider
+    here runs; the custom tools' names, whose calls are answered as custom tool calls)."""
     if value is None or value == []:
-        return (), ()
+        return (), (), frozenset()
     if not isinstance(value, list) or len(value) > MAX_TOOLS:
         return invalid("tools", f"'tools' must be a list of at most {MAX_TOOLS} tools.")
     tools: list[Tool] = []
     hosted: list[dict[str, Any]] = []
+    custom: set[str] = set()
     for index, item in enumerate(value):
         at = f"tools[{index}]"
         kind = item.get("type") if isinstance(item, dict) else None
         if isinstance(kind, str) and kind in HOSTED_TOOLS:
             hosted.append(item)
+            continue
+        if kind == "custom":
+            assert isinstance(item, dict)
+            problem = _custom_tool(item, at, tools)
+            if problem is not None:
+                return problem
+            custom.add(tools[-1].name)
             continue
         if kind == "namespace":
             if not isinstance(item.get("name"), str):
@@ -114,7 +135,38 @@ def parse_tools(value: Any, body: dict[str, Any]) -> Any:
             return problem
     if len(tools) > MAX_NESTED_TOOLS:
         return invalid("tools", f"At most {MAX_NESTED_TOOLS} functions in all.")
-    return tuple(tools), tuple(hosted)
+    return tuple(tools), tuple(hosted), frozenset(custom)
+
+
+def _custom_tool(item: dict[str, Any], at: str, tools: list[Tool]) -> ApiError | None:
+    """A custom (free-form) tool appended to `tools` as a function of one string, `input`: its
+    grammar, when it has one, told in the parameter's description (a chat provider holds no
+    model to a grammar)."""
+    name, description, form = item.get("name"), item.get("description"), item.get("format")
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        return invalid(f"{at}.name", f"A tool's name is {NAME_RULE}.")
+    if any(tool.name == name for tool in tools):
+        return invalid(f"{at}.name", f"Two tools are named '{name}'.")
+    if description is not None and not isinstance(description, str):
+        return invalid(f"{at}.description", "A description must be a string.")
+    what = "The tool's whole input, as free text."
+    kind = form.get("type") if isinstance(form, dict) else None
+    if form is not None and kind not in ("text", "grammar"):
+        return invalid(f"{at}.format", "A custom tool's format is text or grammar.")
+    if kind == "grammar":
+        assert isinstance(form, dict)
+        syntax, definition = form.get("syntax"), form.get("definition")
+        if syntax not in ("lark", "regex") or not isinstance(definition, str):
+            return invalid(f"{at}.format", "A grammar is lark or regex, with its definition.")
+        what = f"The tool's whole input, as text in this {syntax} grammar:\n{definition}"
+    parameters = {
+        "type": "object",
+        "properties": {FREEFORM_INPUT: {"type": "string", "description": what}},
+        "required": [FREEFORM_INPUT],
+        "additionalProperties": False,
+    }
+    tools.append(Tool(name, description or "", parameters))
+    return None
 
 
 def _function_tool(item: Any, at: str, tools: list[Tool]) -> ApiError | None:
