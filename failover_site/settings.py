@@ -179,21 +179,21 @@ PROVIDER_HTTP_CLIENT = env.str("PROVIDER_HTTP_CLIENT", default="native")
 if PROVIDER_HTTP_CLIENT not in ("native", "aiohttp", "httpx"):
     raise ImproperlyConfigured("PROVIDER_HTTP_CLIENT must be native, aiohttp or httpx.")
 
-# The outbound URL policy (gateway/engine/outbound.py): which internal addresses a provider's
-# base URL or an alert channel's URL may reach besides the public internet. Link-local and cloud
-# metadata addresses are never allowed. "loopback" (127.0.0.0/8, ::1: a self-hosted Ollama on
-# this machine) and "private" (RFC 1918, CGNAT, fc00::/7: one on the internal network) open
-# the rest. Embedded (DEBUG) allows loopback, for the demo's local Ollama; production allows
-# neither unless this says so. Empty means the public internet only.
-OUTBOUND_ALLOW = [
-    name.strip().lower()
-    for name in env.list("OUTBOUND_ALLOW", default=["loopback"] if DEBUG else [])
-    if name.strip()
-]
-if not set(OUTBOUND_ALLOW) <= {"loopback", "private"}:
-    raise ImproperlyConfigured(
-        "OUTBOUND_ALLOW is a comma-separated list of loopback and private (or empty)."
-    )
+
+def _internal_addresses(name: str, default: list[str]) -> list[str]:  # loopback, private
+    found = [part.strip().lower() for part in env.list(name, default=default) if part.strip()]
+    if not set(found) <= {"loopback", "private"}:
+        raise ImproperlyConfigured(f"{name} is a comma-separated list of loopback and private.")
+    return found
+
+
+# The outbound URL policy (gateway/engine/outbound.py): the internal addresses a provider's or an
+# alert channel's URL may reach besides the public internet: "loopback" (127.0.0.0/8, ::1: an
+# Ollama on this machine), "private" (RFC 1918, CGNAT, fc00::/7), both, or none (production's
+# default; DEBUG allows loopback, for the demo). Link-local and metadata addresses: never.
+OUTBOUND_ALLOW = _internal_addresses("OUTBOUND_ALLOW", ["loopback"] if DEBUG else [])
+# Images given by URL, fetched for Ollama: internal addresses only as this says (none by default).
+IMAGE_FETCH_ALLOW = _internal_addresses("IMAGE_FETCH_ALLOW", [])
 
 # Secret variables: the environment variables a provider's API key variable or an alert
 # channel's config may name. A name must start with one of the prefixes or be listed; the

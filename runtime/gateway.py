@@ -17,6 +17,7 @@ import logging
 from django.conf import settings
 from django.http import HttpRequest
 
+from gateway.adapters.image_fetch import ImageFetch
 from gateway.adapters.pool import AdapterPool, ClientSettings
 from gateway.engine.breaker import BreakerEvent
 from gateway.engine.clock import Clock
@@ -118,6 +119,10 @@ def settings_for_clients() -> ClientSettings:
         http_client=settings.PROVIDER_HTTP_CLIENT,
         secret_hosts=settings.SECRET_DESTINATIONS,
         secret_loopback=settings.SECRET_DESTINATIONS_LOOPBACK,
+        # An image fetched is held to what the same image inline could be: the body limit.
+        image_fetch=ImageFetch(
+            allow=tuple(settings.IMAGE_FETCH_ALLOW), max_bytes=settings.BODY_LIMIT_CHAT_BYTES
+        ),
     )
 
 

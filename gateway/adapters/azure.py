@@ -26,6 +26,7 @@ from urllib.parse import quote
 import httpx
 
 from gateway.adapters import params
+from gateway.adapters.image_fetch import ImageFetch
 from gateway.adapters.messages import CompletionRequest
 from gateway.adapters.openai import OpenAICompatibleAdapter
 from gateway.engine.config import ProviderConfig
@@ -36,8 +37,13 @@ V1_SUFFIX = "/openai/v1"
 class AzureOpenAIAdapter(OpenAICompatibleAdapter):
     kind = "azure"
 
-    def __init__(self, config: ProviderConfig, client: httpx.AsyncClient) -> None:
-        super().__init__(config, client)
+    def __init__(
+        self,
+        config: ProviderConfig,
+        client: httpx.AsyncClient,
+        image_fetch: ImageFetch | None = None,
+    ) -> None:
+        super().__init__(config, client, image_fetch)
         self.v1 = config.http_base_url.endswith(V1_SUFFIX)
         self._version = "?api-version=" + quote(config.api_version, safe="")
         self.models_path = ("/models" if self.v1 else "/openai/models") + self._version

@@ -19,6 +19,7 @@ import httpx
 from gateway.adapters import health_levels, params, thinking
 from gateway.adapters.errors import ErrorClass, ProviderError, classify_status, parse_retry_after
 from gateway.adapters.failures import Failures
+from gateway.adapters.image_fetch import ImageFetch
 from gateway.adapters.messages import (
     Completion,
     CompletionRequest,
@@ -57,9 +58,15 @@ class ProviderAdapter(ABC):
     kind: ClassVar[str]
     embeds: ClassVar[bool] = False  # the dialect has an embeddings endpoint (`embed`)
 
-    def __init__(self, config: ProviderConfig, client: httpx.AsyncClient) -> None:
+    def __init__(
+        self,
+        config: ProviderConfig,
+        client: httpx.AsyncClient,
+        image_fetch: ImageFetch | None = None,
+    ) -> None:
         self.config = config
         self.client = client
+        self.image_fetch = image_fetch  # how an image given by URL is fetched (None: it isn't)
         self.failures = Failures(config.secrets)
         self._headers = self.headers()
         self._templates: dict[tuple[str, str], Template] = {}
@@ -111,6 +118,11 @@ class ProviderAdapter(ABC):
         names = [*params.dropped(request.options, self.dialect)]
         names += thinking.left_out(request, self.config, self.dialect)
         return tuple(dict.fromkeys(names))
+
+    async def prepared(self, request: CompletionRequest, *, timeout: float) -> CompletionRequest:
+        """The request as this dialect can send it (Ollama's fetches the images given by URL,
+        `ollama.py`)."""
+        return request
 
     def own_signature(self) -> str:
         """What the answer's thinking is signed with, so a conversation brings it back to this
@@ -250,6 +262,7 @@ class ProviderAdapter(ABC):
         router can still go to another provider; after it, `CompletionStream.rest()` raises.
         After the first text, `timeout` bounds each wait for the next piece, not the whole
         answer: a long answer that keeps coming is not cut."""
+        request = await self.prepared(request, timeout=first_token_timeout)
         path, payload = self.stream_request(request)
         extra = self.request_headers(request)
         loop = asyncio.get_running_loop()

@@ -27,6 +27,7 @@ from typing import Any
 from gateway.adapters import params, thinking, tools
 from gateway.adapters.base import CUT_OFF, ProviderAdapter
 from gateway.adapters.errors import ErrorClass, ProviderError, classify_ollama
+from gateway.adapters.image_fetch import ImageUnfetched
 from gateway.adapters.messages import (
     HEALTH_PROBE,
     Completion,
@@ -125,12 +126,10 @@ class OllamaAdapter(ProviderAdapter):
                 f"Ollama has no tool_choice; a call is forced through format, one tool's "
                 f"schema, and {why}",
             )
-        if any(not image.data for turn in request.turns for image in turn.images):
-            return (
-                "images",
-                "Ollama takes an image's bytes, and this one is a URL (send it as a data URL "
-                "or base64)",
-            )
+        if self.image_fetch is None and any(
+            not image.data for turn in request.turns for image in turn.images
+        ):
+            return "images", "Ollama takes an image's bytes, and fetching images is off here"
         if forced and self.config.tools and not self.config.json_output:
             return (
                 "tool_choice",
@@ -143,7 +142,22 @@ class OllamaAdapter(ProviderAdapter):
         forced = tools.forced_by_format(request)
         return f"tool call to {forced} held by format" if forced else ""
 
+    async def prepared(self, request: CompletionRequest, *, timeout: float) -> CompletionRequest:
+        """The request with each image given by URL fetched (Ollama takes an image's bytes
+        only); one that can't be fetched passes this provider over (the next may take the URL)."""
+        if self.image_fetch is None:
+            return request
+        try:
+            return await self.image_fetch.inlined(request, timeout=timeout)
+        except ImageUnfetched as exc:
+            raise self.failures.failed(
+                ErrorClass.UNSUPPORTED, f"an image given by URL could not be fetched: {exc}"
+            ) from None
+
     async def complete(self, request: CompletionRequest, *, timeout: float) -> Completion:
+        started = time.perf_counter()
+        request = await self.prepared(request, timeout=timeout)
+        timeout = max(0.001, timeout - (time.perf_counter() - started))
         body, latency_ms = await self.request_json(
             "POST", "/api/chat", payload=self.payload(request, stream=False), timeout=timeout
         )

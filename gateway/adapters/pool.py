@@ -18,6 +18,7 @@ import httpx
 
 from gateway.adapters import ADAPTERS
 from gateway.adapters.base import ProviderAdapter
+from gateway.adapters.image_fetch import ImageFetch
 from gateway.adapters.outbound import (
     BlockedTransport,
     PolicyHTTPTransport,
@@ -54,6 +55,7 @@ class ClientSettings:
     http_client: str = "httpx"
     secret_hosts: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     secret_loopback: bool = False
+    image_fetch: ImageFetch = field(default_factory=ImageFetch)  # IMAGE_FETCH_*
 
 
 def _transport(
@@ -163,7 +165,7 @@ class AdapterPool:
             if adapter is not None:
                 self._close_later(adapter)
             client = make_client(config, self.settings)
-        adapters[config.name] = adapter_class(config, client)
+        adapters[config.name] = adapter_class(config, client, self.settings.image_fetch)
         return adapters[config.name]
 
     def adapters(self) -> list[ProviderAdapter]:

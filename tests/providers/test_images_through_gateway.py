@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+from collections.abc import Iterator
 
 import anthropic
 import httpx
@@ -18,7 +19,7 @@ from asgiref.sync import sync_to_async
 from devtools.fake_provider.images import png
 from providers.models import Provider
 from tests.factories import AUTH, TEST_CLIENT_KEY
-from tests.providers.conftest import ledger_rows, update_client_app
+from tests.providers.conftest import ledger_rows, serve_asgi, update_client_app
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -190,20 +191,91 @@ async def test_with_no_provider_reading_images_the_apps_stand_ins_decide(
     assert primary.calls == 0 and secondary.calls == 0
 
 
-async def test_a_url_image_goes_to_a_provider_that_fetches_urls_and_not_to_ollama(
-    live_url, both_read, primary, secondary
+@pytest.fixture
+def image_server() -> Iterator[str]:
+    """A loopback server of images: /cat.png (PICTURE), /big.png (past the test's cap),
+    /page.html (not an image)."""
+    bodies = {
+        "/cat.png": (b"image/png", PICTURE),
+        "/big.png": (b"image/png", bytes(range(256)) * 80),  # 20,480 bytes, past the cap
+        "/page.html": (b"text/html", b"<p>no</p>"),
+    }
+
+    async def app(scope, receive, send) -> None:
+        kind, body = bodies.get(scope["path"], (b"text/plain", b""))
+        status = 200 if scope["path"] in bodies else 404
+        headers = [(b"content-type", kind), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    async def nothing() -> None:
+        return None
+
+    with serve_asgi(app, nothing) as url:
+        yield url
+
+
+@pytest.fixture
+def fetch_from_loopback(settings):
+    """Images may be fetched from this machine (a deployment's default is public addresses
+    only); made before the test's gateway reads it."""
+    settings.IMAGE_FETCH_ALLOW = ["loopback"]
+    settings.BODY_LIMIT_CHAT_BYTES = 10_000  # an image fetched is held to the body limit
+
+
+def url_image(url: str) -> list[dict]:
+    parts = [
+        {"type": "text", "text": "What is this?"},
+        {"type": "image_url", "image_url": {"url": url}},
+    ]
+    return [{"role": "user", "content": parts}]
+
+
+async def test_an_image_by_url_is_fetched_for_ollama_and_reaches_it_as_its_bytes(
+    image_server, fetch_from_loopback, live_url, both_read, primary
 ):
-    url = "https://images.example/cat.png"
+    async with openai_sdk(live_url) as client:
+        answer = await client.chat.completions.create(
+            model="auto", messages=url_image(image_server + "/cat.png")
+        )
+    assert answer.choices[0].message.content == SEEN
+    assert primary.last_request("/api/chat")["body"]["messages"][0]["images"] == [B64]
+
+
+@pytest.mark.parametrize(
+    ("path", "why"),
+    [("/big.png", "larger than 10000 bytes"), ("/page.html", "not an image a provider reads")],
+)
+async def test_an_image_past_the_cap_or_not_an_image_passes_ollama_over(
+    image_server, fetch_from_loopback, live_url, gateway, both_read, primary, secondary, path, why
+):
+    url = image_server + path
     async with openai_sdk(live_url) as client:
         answer = await client.chat.completions.with_raw_response.create(
-            model="auto",
-            messages=[{"role": "user", "content": [
-                {"type": "text", "text": "What is this?"},
-                {"type": "image_url", "image_url": {"url": url}}]}],
-        )  # fmt: skip
+            model="auto", messages=url_image(url)
+        )
     assert answer.parse().choices[0].message.content == f"image 1: url {url}"
     assert answer.headers["X-Failover-Provider"] == "openai-cloud"
     assert primary.calls == 0
+    [record] = await ledger_rows(gateway, at_least=1)
+    assert why in record.attempts[0]["detail"]
+
+
+async def test_an_image_url_inside_the_network_is_never_fetched_by_default(
+    image_server, live_url, gateway, both_read, primary, secondary
+):
+    """The providers' URL policy allows loopback here (an Ollama on this machine); an image's
+    URL is held to its own, which allows only public addresses."""
+    url = image_server + "/cat.png"
+    async with openai_sdk(live_url) as client:
+        answer = await client.chat.completions.with_raw_response.create(
+            model="auto", messages=url_image(url)
+        )
+    assert answer.parse().choices[0].message.content == f"image 1: url {url}"
+    assert answer.headers["X-Failover-Provider"] == "openai-cloud"
+    assert primary.calls == 0
+    [record] = await ledger_rows(gateway, at_least=1)
+    assert "blocked by the URL policy" in record.attempts[0]["detail"]
 
 
 @pytest.mark.parametrize(
