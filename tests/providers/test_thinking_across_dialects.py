@@ -497,3 +497,33 @@ async def test_a_custom_tools_call_and_its_output_go_back_as_a_tool_turn(
         "arguments": {"input": PATCH},
     }
     assert (result["role"], result["content"]) == ("tool", "Done!")
+
+
+MID_SYSTEM = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "Say hello."},
+    {"role": "assistant", "content": "Hello."},
+    {"role": "developer", "content": "Now in French."},
+    {"role": "user", "content": "Again."},
+]
+
+
+async def test_a_chat_system_message_inside_the_conversation_keeps_its_place(
+    claude_too, live_url, primary, secondary, claude
+):
+    async with openai.AsyncOpenAI(
+        base_url=live_url + "/v1", api_key=TEST_CLIENT_KEY, max_retries=0
+    ) as client:
+        await client.chat.completions.create(model="auto", messages=MID_SYSTEM)
+        sent = primary.last_request("/api/chat")["body"]["messages"]
+        assert [(m["role"], m["content"]) for m in sent] == [
+            ("system", "Be brief."),
+            ("user", "Say hello."),
+            ("assistant", "Hello."),
+            ("system", "Now in French."),
+            ("user", "Again."),
+        ]
+        await client.chat.completions.create(model="claude", messages=MID_SYSTEM)
+    to_claude = claude.last_request("/v1/messages")["body"]
+    assert to_claude["system"] == "Be brief.\n\nNow in French."
+    assert [m["role"] for m in to_claude["messages"]] == ["user", "assistant", "user"]

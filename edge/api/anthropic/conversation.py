@@ -20,6 +20,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
+from edge.api.conversations import history_of, spoken
 from edge.api.fields import JsonSchema, invalid
 from edge.api.images import ANTHROPIC_IMAGE_BLOCK, anthropic_block, unsupported_content
 from edge.api.json_body import ApiError
@@ -284,9 +285,9 @@ def parse_messages(value: Any, body: dict[str, Any]) -> Any:
             if problem is not None:
                 return problem
     # A system message may come last (Claude Code's does): the user's is the last spoken.
-    spoken = [turn for turn in turns if turn.role != "system"]
+    said = spoken(turns)
     last_role = next((m.get("role") for m in reversed(value) if m.get("role") != "system"), "")
-    if last_role != "user" or not spoken or spoken[-1].role == "assistant":
+    if last_role != "user" or not said or said[-1].role == "assistant":
         return invalid(
             "messages",
             "The last message must be the user's: an assistant's message to continue from "
@@ -294,15 +295,11 @@ def parse_messages(value: Any, body: dict[str, Any]) -> Any:
         )
     users = [turn for turn in turns if turn.role == "user"]
     prompt = users[-1].text if users else ""
-    if spoken[-1].role == "user" and not prompt.strip() and not spoken[-1].images:
+    if said[-1].role == "user" and not prompt.strip() and not said[-1].images:
         return invalid("messages", "The question cannot be blank.")
     if calls or body.get("tools") or any(turn.images for turn in turns):
         return prompt, (), tuple(turns)
-    # A plain conversation: the question last (a system message after it goes just before
-    # it); its earlier thinking has nowhere to go (only a conversation of turns carries it).
-    last = max(at for at, turn in enumerate(turns) if turn.role == "user")
-    before = [*turns[:last], *turns[last + 1 :]]
-    return prompt, tuple((t.role, t.text) for t in before if t.text or not t.thoughts), ()
+    return prompt, history_of(turns), ()
 
 
 def parse_stop_sequences(value: Any, body: dict[str, Any]) -> Any:

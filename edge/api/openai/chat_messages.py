@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from edge.api.conversations import history_of, spoken
 from edge.api.fields import JsonSchema, invalid
 from edge.api.images import IMAGE_URL, by_url, unsupported_content
 from edge.api.json_body import ApiError
@@ -154,25 +155,27 @@ def conversation(messages: Any, body: dict[str, Any]) -> Any:
         if turn.tool_calls:
             waiting = [call.id for call in turn.tool_calls]
         total += len(turn.text) + sum(len(call.arguments) for call in turn.tool_calls)
-        if turn.role in SYSTEM_ROLES:
+        if turn.role in SYSTEM_ROLES and not turns:  # before the conversation: the system prompt
             system.append(turn.text)
+        elif turn.role in SYSTEM_ROLES:  # within it: kept at its place
+            turns.append(Turn("system", turn.text))
         else:
             turns.append(turn)
     if waiting:
         return _unanswered(None, waiting)
-    if not turns or turns[-1].role not in ("user", "tool"):
+    said = spoken(turns)
+    if not said or said[-1].role not in ("user", "tool"):
         return invalid(
             "messages",
             "The last message (after any system ones) must be the user's, or a tool's result.",
         )
     users = [turn for turn in turns if turn.role == "user"]
     prompt = users[-1].text if users else ""
-    if turns[-1].role == "user" and not prompt.strip() and not turns[-1].images:
+    if said[-1].role == "user" and not prompt.strip() and not said[-1].images:
         return invalid(f"messages[{len(messages) - 1}].content", "The question cannot be blank.")
     if calls or body.get("tools") or any(turn.images for turn in turns):
         return "\n\n".join(system), prompt, (), tuple(turns)
-    history = tuple((turn.role, turn.text) for turn in turns[:-1])
-    return "\n\n".join(system), prompt, history, ()
+    return "\n\n".join(system), prompt, history_of(turns), ()
 
 
 def _unanswered(index: int | None, waiting: list[str]) -> ApiError:

@@ -9,6 +9,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
+from edge.api.conversations import history_of, spoken
 from edge.api.fields import NOT_BLANK, JsonSchema, invalid
 from edge.api.images import IMAGE_URL, by_url, unsupported_content
 from edge.api.json_body import ApiError
@@ -269,19 +270,22 @@ def parse_input(value: Any, body: dict[str, Any]) -> Any:
         found = _item(item, "input" if isinstance(value, str) else f"input[{index}]", turns, calls)
         if isinstance(found, ApiError):
             return found
-        if found is not None:
+        if found is not None and not turns:  # before the conversation: the system prompt
             system.append(found)
-    if not turns or turns[-1].role not in ("user", "tool"):
+        elif found is not None:  # within it: kept at its place
+            turns.append(Turn("system", found))
+    said = spoken(turns)
+    if not said or said[-1].role not in ("user", "tool"):
         return invalid(
             "input", "The last item (after any system ones) must be the user's, or a tool's output."
         )
     users = [turn for turn in turns if turn.role == "user"]
     prompt = users[-1].text if users else ""
-    if turns[-1].role == "user" and not prompt.strip() and not turns[-1].images:
+    if said[-1].role == "user" and not prompt.strip() and not said[-1].images:
         return invalid("input", "The question cannot be blank.")
     if calls or body.get("tools") or any(turn.images for turn in turns):
         return "\n\n".join(system), prompt, (), tuple(turns)
-    return "\n\n".join(system), prompt, tuple((t.role, t.text) for t in turns[:-1]), ()
+    return "\n\n".join(system), prompt, history_of(turns), ()
 
 
 def parse_text(value: Any, body: dict[str, Any]) -> Any:
