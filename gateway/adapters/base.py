@@ -135,8 +135,8 @@ class ProviderAdapter(ABC):
 
     def call_note(self, request: CompletionRequest) -> str:
         """What the ledger says of how this dialect asked for `request`, where it asked in
-        words of its own ("" when it asked as the request did)."""
-        return ""
+        words of its own ("" when it asked as the request did): its thinking, translated."""
+        return thinking.note(request, self.config, self.dialect)
 
     async def embed(self, request: CompletionRequest, *, timeout: float) -> Completion:
         """One embedding call for `request.embed` (a Completion whose `embeddings` are the

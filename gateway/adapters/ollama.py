@@ -45,7 +45,6 @@ from gateway.adapters.stream import CompletionStream
 # A keep_alive that is a bare number is seconds, and Ollama takes it only as a JSON number:
 # the string "-1" or "3600" fails its duration parser ("missing unit"); "30m" stays a string.
 _SECONDS = re.compile(r"-?\d+(\.\d+)?")
-_THINK = {"off": False, "on": True}  # low / medium / high are sent as they are
 PS_TIMEOUT_S = 1.0  # the health check's look at /api/ps, at most
 
 
@@ -100,11 +99,7 @@ class OllamaAdapter(ProviderAdapter):
             # A thinking model thinks unless told not to; false is taken by every model (only
             # true or a level is refused by one that can't think). The one-token health probe
             # never thinks: its token would be thinking, and the probe would cost a trace.
-            "think": (
-                False
-                if request is HEALTH_PROBE
-                else thinking.ollama_think(request, config, _THINK.get(config.think, config.think))
-            ),
+            "think": (False if request is HEALTH_PROBE else thinking.ollama_think(request, config)),
         }
         if config.keep_alive:
             # The probe too: a call without keep_alive resets the model's stay to Ollama's 5 m.
@@ -140,7 +135,8 @@ class OllamaAdapter(ProviderAdapter):
 
     def call_note(self, request: CompletionRequest) -> str:
         forced = tools.forced_by_format(request)
-        return f"tool call to {forced} held by format" if forced else ""
+        held = f"tool call to {forced} held by format" if forced else ""
+        return "; ".join(filter(None, (held, thinking.note(request, self.config, self.dialect))))
 
     async def prepared(self, request: CompletionRequest, *, timeout: float) -> CompletionRequest:
         """The request with each image given by URL fetched (Ollama takes an image's bytes

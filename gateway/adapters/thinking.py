@@ -21,6 +21,8 @@ NOT_WITH_THINKING = ("temperature", "top_p", "top_k")
 # Ollama's levels (low / medium / high).
 OPENAI_EFFORTS = {"max": "high"}
 OLLAMA_LEVELS = {"minimal": "low", "max": "high"}
+# An Ollama provider's own thinking setting as `think` (low / medium / high are sent as they are).
+OLLAMA_SETTINGS: dict[str, bool | str] = {"off": False, "on": True}
 
 
 def asked(request: CompletionRequest, config: ProviderConfig) -> Thinking | None:
@@ -85,9 +87,11 @@ def openai_effort(request: CompletionRequest, config: ProviderConfig) -> str:
     return OPENAI_EFFORTS.get(thinking.level, thinking.level)
 
 
-def ollama_think(request: CompletionRequest, config: ProviderConfig, setting: bool | str) -> Any:
+def ollama_think(request: CompletionRequest, config: ProviderConfig) -> Any:
     """Ollama's `think`: the request's thinking where the provider's model thinks (a level
-    where its own `setting` is a level, so the model takes one), else the setting."""
+    where the provider's own thinking setting is a level, so the model takes one), else the
+    setting (off / on / a level)."""
+    setting = OLLAMA_SETTINGS.get(config.think, config.think)
     thinking = asked(request, config)
     if thinking is None:
         return setting
@@ -96,6 +100,24 @@ def ollama_think(request: CompletionRequest, config: ProviderConfig, setting: bo
     if isinstance(setting, str) and (thinking.effort or thinking.budget is not None):
         return OLLAMA_LEVELS.get(thinking.level, thinking.level)
     return setting if isinstance(setting, str) else True
+
+
+def note(request: CompletionRequest, config: ProviderConfig, dialect: str) -> str:
+    """How the request's thinking was asked in the dialect's words, for the ledger's attempt
+    ("" when it asked for none)."""
+    thinking = asked(request, config)
+    if thinking is None or not thinking.on:
+        return ""
+    if dialect == "anthropic":
+        field = anthropic_field(request, config)
+        if field is None:
+            return ""
+        if field["type"] == "adaptive":
+            return "thinking asked as adaptive"
+        return f"thinking asked with a budget of {field['budget_tokens']} tokens"
+    if dialect == "ollama":
+        return f"thinking asked as think {ollama_think(request, config)}".lower()
+    return f"thinking asked as reasoning_effort {openai_effort(request, config)}"
 
 
 def reasoning_text(message: Any) -> str:

@@ -527,3 +527,14 @@ async def test_a_chat_system_message_inside_the_conversation_keeps_its_place(
     to_claude = claude.last_request("/v1/messages")["body"]
     assert to_claude["system"] == "Be brief.\n\nNow in French."
     assert [m["role"] for m in to_claude["messages"]] == ["user", "assistant", "user"]
+
+
+async def test_how_each_dialect_was_asked_to_think_is_on_the_ledgers_attempt(
+    live_url, gateway, ollama_thinks, secondary
+):
+    async with claude_sdk(live_url) as client:
+        await client.messages.create(
+            model="auto", max_tokens=2000, messages=HELLO, thinking=ADAPTIVE
+        )
+    [record] = await ledger_rows(gateway, at_least=1)
+    assert record.attempts[0]["detail"] == "thinking asked as think true"
