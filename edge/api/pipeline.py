@@ -88,9 +88,8 @@ async def routed_by_model(
     render: Callable[[ApiError], JsonAnswer],
 ) -> tuple[RouteRequest, RouteResult] | HttpResponseBase:
     """A chat-like request routed as its `model` reads (`resolve_model`), once the caller is
-    admitted: the request and its result, or the refusal in the endpoint's error shape
-    (OpenAI's unless `render` says another). What the app may not ask for is refused before
-    anything says whether it exists."""
+    admitted: the request and its result, or the refusal in the door's error shape (`render`).
+    What the app may not ask for is refused before anything says whether it exists."""
     gateway, caller, parsed = arrival.gateway, arrival.caller, arrival.parsed
     choice = resolve_model(caller, await gateway.snapshots.current(), parsed.model)
     if isinstance(choice, ApiError):
