@@ -15,13 +15,10 @@ import re
 from typing import Any
 
 from edge.api.json_body import ApiError
-from gateway.adapters.messages import Image
+from gateway.adapters.messages import IMAGE_MEDIA_TYPES, Image
 
-MEDIA_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
 DATA_URL_START = "data:image/(png|jpeg|gif|webp);base64,"
 DATA_URL = re.compile(r"data:(?P<type>[\w.+-]+/[\w.+-]+);base64,(?P<data>.*)", re.DOTALL)
-# Anthropic's and OpenAI's limit on the images of one request.
-MAX_IMAGES = 100
 
 
 IMAGE_URL: dict[str, Any] = {
@@ -47,8 +44,8 @@ def _bad(at: str, message: str) -> ApiError:
 
 def inline(media_type: Any, data: Any, at: str) -> Image | ApiError:
     """An image given as base64 of `media_type`."""
-    if media_type not in MEDIA_TYPES:
-        return _bad(at, f"An image's type is one of {', '.join(MEDIA_TYPES)}.")
+    if media_type not in IMAGE_MEDIA_TYPES:
+        return _bad(at, f"An image's type is one of {', '.join(IMAGE_MEDIA_TYPES)}.")
     if not isinstance(data, str) or not data:
         return _bad(at, "An image's data is its bytes in base64.")
     try:
@@ -100,7 +97,7 @@ ANTHROPIC_IMAGE_BLOCK: dict[str, Any] = {
                     "required": ["type", "media_type", "data"],
                     "properties": {
                         "type": {"const": "base64"},
-                        "media_type": {"enum": list(MEDIA_TYPES)},
+                        "media_type": {"enum": list(IMAGE_MEDIA_TYPES)},
                         "data": {"type": "string"},
                     },
                 },

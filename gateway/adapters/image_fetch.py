@@ -15,11 +15,10 @@ from dataclasses import dataclass, replace
 import httpx
 
 from gateway.adapters.errors import ProviderError
-from gateway.adapters.messages import CompletionRequest, Image
+from gateway.adapters.messages import IMAGE_MEDIA_TYPES, CompletionRequest, Image
 from gateway.adapters.outbound import PolicyHTTPTransport
 from gateway.engine.outbound import OutboundPolicy
 
-MEDIA_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
 MAX_REDIRECTS = 3
 CHUNK = 64 * 1024
 
@@ -62,7 +61,7 @@ class ImageFetch:
                     trust_env=False,
                     follow_redirects=True,
                     max_redirects=MAX_REDIRECTS,
-                    headers={"accept": ", ".join(MEDIA_TYPES)},
+                    headers={"accept": ", ".join(IMAGE_MEDIA_TYPES)},
                 ) as client,
                 client.stream("GET", image.url) as response,
             ):
@@ -79,7 +78,7 @@ async def _read(response: httpx.Response, limit: int) -> Image:
     if response.status_code != 200:
         raise ImageUnfetched(f"HTTP {response.status_code}")
     media_type = response.headers.get("content-type", "").partition(";")[0].strip().lower()
-    if media_type not in MEDIA_TYPES:
+    if media_type not in IMAGE_MEDIA_TYPES:
         raise ImageUnfetched(f"not an image a provider reads ({media_type or 'no type'})")
     declared = response.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:

@@ -108,12 +108,12 @@ class Thought:
     redacted: str = ""  # Anthropic's redacted_thinking data
 
     @classmethod
-    def signed(cls, text: str, signature: str, redacted: str = "") -> Thought:
+    def signed(cls, text: str, signature: str) -> Thought:
         """A thinking block as a client sent it back: the gateway's own signature names the
         dialect; any other is Anthropic's."""
         if signature.startswith(OWN_SIGNATURE):
             return cls(text, signature[len(OWN_SIGNATURE) :])
-        return cls(text, "anthropic", signature, redacted)
+        return cls(text, "anthropic", signature)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,10 +129,9 @@ class Image:
     def data_url(self) -> str:
         return f"data:{self.media_type};base64,{self.data}" if self.data else self.url
 
-    @property
-    def size_estimate(self) -> int:
-        """Its bytes, about (base64 is four characters for three bytes)."""
-        return len(self.data) * 3 // 4
+
+# The image types every provider kind here reads.
+IMAGE_MEDIA_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
 
 
 # What an image counts for in a context window: a provider's own count runs from a few hundred

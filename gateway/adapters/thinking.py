@@ -116,7 +116,7 @@ def note(request: CompletionRequest, config: ProviderConfig, dialect: str) -> st
             return "thinking asked as adaptive"
         return f"thinking asked with a budget of {field['budget_tokens']} tokens"
     if dialect == "ollama":
-        return f"thinking asked as think {ollama_think(request, config)}".lower()
+        return f"thinking asked as think {str(ollama_think(request, config)).lower()}"
     return f"thinking asked as reasoning_effort {openai_effort(request, config)}"
 
 
