@@ -5,6 +5,7 @@ audited writes, every change recorded as applied from the file; with a dry run, 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +45,54 @@ class Change:
 class Applied:
     changes: list[Change]
     keys: dict[str, str]  # a new client app's name -> its key, made by this apply
+
+
+# Text a database can't hold as written: PostgreSQL refuses a NUL in text, and a lone surrogate
+# (what an escape such as "\ud800" makes) is no character, so it has no UTF-8 to store.
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def _text_checked(value: Any, where: str) -> None:
+    """Refuses, naming where, a string of `value` (its names too, at any depth) that holds
+    text the database can't store, and a name that isn't text."""
+    if isinstance(value, str):
+        found = _UNSTORABLE.search(value)
+        if found:
+            char = found.group()
+            what = "a NUL character" if char == "\x00" else "a lone surrogate"
+            raise ConfigFileError(
+                f"{where}: holds {what} ({char.encode('unicode_escape').decode()}), which "
+                "the database can't store as text."
+            )
+    elif isinstance(value, Mapping):
+        for name, item in value.items():
+            if not isinstance(name, str):
+                raise ConfigFileError(f"{where}: {name!r}: a field's name is text.")
+            _text_checked(name, f"{where}: field {name!r}")
+            _text_checked(item, f"{where}: {name}")
+    elif isinstance(value, list):
+        for place, item in enumerate(value):
+            _text_checked(item, f"{where}[{place}]")
+
+
+def _file_text_checked(doc: Mapping[Any, Any]) -> None:
+    """Every string of the file storable, checked before any of it is looked up or written,
+    each named by its row and field."""
+    kinds = {kind.section: kind for kind in KINDS}
+    for section, rows in doc.items():
+        if not isinstance(section, str):
+            raise ConfigFileError(f"section {section!r}: a section's name is text.")
+        _text_checked(section, f"section {section!r}")
+        kind = kinds.get(section)
+        if kind is None or not isinstance(rows, list):
+            _text_checked(rows, section)
+            continue
+        for place, item in enumerate(rows):
+            if isinstance(item, Mapping):
+                where = _label(section, {name: item.get(name) for name in kind.key})
+            else:
+                where = f"{section}[{place}]"
+            _text_checked(item, where)
 
 
 def _label(kind: str, key: Mapping[str, Any]) -> str:
@@ -122,11 +171,13 @@ def config_apply(
 ) -> Applied:
     """Make the database hold what `doc` says, in one transaction (rolled back when
     `dry_run`): each change recorded as applied from `source`. Raises ConfigFileError, and
-    writes nothing, when a row doesn't validate or a name refers to nothing."""
+    writes nothing, when a row doesn't validate, a name refers to nothing or a string holds
+    what the database can't store as text (a NUL, a lone surrogate)."""
     if not isinstance(doc, Mapping) or doc.get("version") != FORMAT_VERSION:
         raise ConfigFileError(
             f"not a configuration file of this format (version {FORMAT_VERSION} expected)."
         )
+    _file_text_checked(doc)
     sections = {"version", "policy", *(kind.section for kind in KINDS)}
     unknown = sorted(set(doc) - sections)
     if unknown:

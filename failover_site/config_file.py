@@ -15,15 +15,22 @@ row it creates, changes or (with `prune`) deletes leaves its change record, mark
 from the file, and moves the config version once, at commit, so every serving process picks it
 up as it picks up an admin edit. A row that doesn't validate stops the whole apply with the row
 and the field named; nothing is written.
+
+Reading a file (`config_read`) holds it to what a configuration needs before anything of it is
+built: at most MAX_FILE_BYTES, MAX_DEPTH levels of nesting and MAX_VALUES values, and in YAML
+no anchor, alias or tag. A file past them is refused whole, as a row that doesn't validate is.
 """
 
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+import yaml
 from django.db import models
 
 from alerts.models import AlertChannel
@@ -39,6 +46,18 @@ from providers.models import (
 from providers.selectors import policy_get
 
 FORMAT_VERSION = 1
+
+# What a file may be. The demo's file is 30 KB, and 50 static answers each at its longest
+# (question, phrasings, answer) take under 1 MiB; 4 MiB holds a few hundred such answers and
+# stays a few seconds' work for the pure-Python YAML reader (about a second a MiB).
+MAX_FILE_BYTES = 4 * 1024 * 1024
+# The file's own nesting is five levels (the document, a section, a row, an alias's entries, an
+# entry); an alert channel's config adds a level or two.
+MAX_DEPTH = 32
+# Each key, value, list and object counts one: the demo's file holds about 850, and a static
+# answer 9. The YAML reader spends some 30 µs and 700 bytes on each, so this bounds a file of
+# tiny values (`[0,0,0,…]`) to a second or two and some 35 MB, with room for 5,000 answers.
+MAX_VALUES = 50_000
 
 
 class ConfigFileError(Exception):
@@ -145,3 +164,98 @@ def alias_entries(alias: ModelAlias) -> list[dict[str, Any]]:
         .select_related("provider")
         .order_by("position", "pk")
     ]
+
+
+def config_read(data: bytes) -> Any:
+    """The document a file holds, read as JSON when it is JSON and as YAML otherwise. Raises
+    ConfigFileError, before anything of it is built, for a file past MAX_FILE_BYTES, nested past
+    MAX_DEPTH or holding more than MAX_VALUES values, for YAML with an anchor, an alias or a tag
+    (a few hundred bytes of aliases expand to gigabytes; no configuration needs one), and for
+    what isn't UTF-8, JSON or YAML."""
+    if len(data) > MAX_FILE_BYTES:
+        raise ConfigFileError(
+            f"larger than {MAX_FILE_BYTES // 2**20} MiB, the most a configuration file holds."
+        )
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigFileError(f"not UTF-8 text (at byte {exc.start}).") from None
+    try:
+        # JSON as JSON: a YAML reader takes the escaped pair "\ud83d\ude00" for two halves
+        # of a character, not the one character it is.
+        doc = json.loads(text)
+    except json.JSONDecodeError:
+        return _yaml_read(text)
+    except RecursionError:
+        raise ConfigFileError(f"nested deeper than {MAX_DEPTH} levels.") from None
+    except ValueError:  # past Python's limit on an integer's digits
+        raise ConfigFileError(
+            f"a number of more than {sys.get_int_max_str_digits():,} digits."
+        ) from None
+    _bounded(doc)
+    return doc
+
+
+def _yaml_read(text: str) -> Any:
+    try:
+        return yaml.load(text, Loader=_BoundedLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise ConfigFileError(f"not YAML or JSON: {at}{exc.problem or exc.context}.") from None
+    except (yaml.YAMLError, ValueError) as exc:  # ValueError: a date or a number out of range
+        first = next(iter(str(exc).splitlines()), type(exc).__name__)
+        raise ConfigFileError(f"not YAML or JSON: {first}.") from None
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing as it composes, before a value is built, what no
+    configuration holds: an anchor or alias, a tag (its constructors fail in ways of their
+    own), nesting past MAX_DEPTH (Python's recursion limit would end it otherwise) and more
+    than MAX_VALUES values. The C loader composes out of reach of these hooks."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.depth = 0
+        self.values = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        event = self.peek_event()
+        at = f"line {event.start_mark.line + 1}: " if event.start_mark else ""
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise ConfigFileError(
+                f"{at}an anchor or alias (&name, *name): a configuration file has none; "
+                "write each value out."
+            )
+        tag = getattr(event, "tag", None)
+        if tag is not None:
+            raise ConfigFileError(f"{at}a tag ({tag}): a configuration file has none.")
+        self.values += 1
+        if self.values > MAX_VALUES:
+            raise ConfigFileError(f"{at}more than {MAX_VALUES:,} values.")
+        nests = 1 if isinstance(event, yaml.CollectionStartEvent) else 0
+        self.depth += nests
+        if self.depth > MAX_DEPTH:
+            raise ConfigFileError(f"{at}nested deeper than {MAX_DEPTH} levels.")
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= nests
+
+
+def _bounded(doc: Any) -> None:
+    """A JSON document held to the YAML reader's limits, counted alike (it has no aliases)."""
+    values = 0
+    todo: list[tuple[Any, int]] = [(doc, 1)]
+    while todo:
+        value, depth = todo.pop()
+        values += 1
+        if isinstance(value, dict):
+            values += len(value)  # its keys
+            value = list(value.values())
+        if isinstance(value, list):
+            if depth > MAX_DEPTH:
+                raise ConfigFileError(f"nested deeper than {MAX_DEPTH} levels.")
+            todo.extend((item, depth + 1) for item in value)
+        if values > MAX_VALUES:
+            raise ConfigFileError(f"more than {MAX_VALUES:,} values.")

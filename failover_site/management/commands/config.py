@@ -13,7 +13,7 @@ import yaml
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from failover_site.config_apply import changes_text, config_apply
-from failover_site.config_file import ConfigFileError, config_export
+from failover_site.config_file import MAX_FILE_BYTES, ConfigFileError, config_export, config_read
 
 
 class Command(BaseCommand):
@@ -55,16 +55,17 @@ class Command(BaseCommand):
 
     def _apply(self, file: str, *, dry_run: bool, prune: bool) -> None:
         try:
-            text = sys.stdin.read() if file == "-" else Path(file).read_text(encoding="utf-8")
+            # One byte past the most a file may hold is enough for config_read to refuse it.
+            if file == "-":
+                data = sys.stdin.buffer.read(MAX_FILE_BYTES + 1)
+            else:
+                with Path(file).open("rb") as stream:
+                    data = stream.read(MAX_FILE_BYTES + 1)
         except OSError as exc:
             raise CommandError(f"{file}: {exc.strerror}") from None
-        try:
-            # YAML is a superset of JSON: one reader for both.
-            doc = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise CommandError(f"{file}: not YAML or JSON: {exc}") from None
         source = "standard input" if file == "-" else Path(file).name
         try:
+            doc = config_read(data)
             applied = config_apply(doc, source=source, prune=prune, dry_run=dry_run)
         except ConfigFileError as exc:
             raise CommandError(f"{file}: {exc} Nothing was applied.") from None
