@@ -212,11 +212,11 @@ SECRET_ENV_NAMES = env.list(
 )
 
 # Where each secret variable may be sent (gateway/engine/secret_destinations.py): the demo's
-# names to their vendors' hosts; a deployment declares the rest, and may re-declare those, as
-# NAME=host[;host…] entries, comma-separated (a host may be *.domain). A secret goes nowhere
-# else: a provider or channel pairing it with another host is refused when saved and sends
-# nothing. In the embedded mode (DEBUG) every secret may also go to loopback (local fakes and
-# models); a production deployment declares such a host like any other.
+# names to their vendors' APIs; a deployment declares the rest, and may re-declare those, as
+# NAME=https://host[:port][;…] entries, comma-separated (a host may be *.domain). A secret goes
+# nowhere else: a provider or channel pairing it with another scheme, host or port is refused
+# when saved and sends nothing. In the embedded mode (DEBUG) every secret may also go to this
+# machine (localhost, loopback IPs); a production deployment declares such a place like any other.
 try:
     SECRET_DESTINATIONS = {
         **VENDOR_DESTINATIONS,

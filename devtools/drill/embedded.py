@@ -155,8 +155,7 @@ class EmbeddedSite:
             CELERY_BROKER_URL="",
             LOG_LEVEL="WARNING",
             OPENAI_API_KEY=SECONDARY_KEY,
-            # The demo's secondary is moved onto its fake on this machine: its key may go there.
-            SECRET_DESTINATIONS="OPENAI_API_KEY=api.openai.com;127.0.0.1",
+            SECRET_DESTINATIONS="OPENAI_API_KEY=https://api.openai.com",
         )
         (self.work / "data").mkdir()
         return env
@@ -197,6 +196,8 @@ class EmbeddedSite:
                 "--text", "Hello from the secondary.",
             )  # fmt: skip
             self._wait_fakes()
+            # The demo's secondary is moved onto its fake on this machine: its key may go there.
+            self.env["SECRET_DESTINATIONS"] += f";{self.fake_urls['secondary']}"
             spec = {
                 "urls": self.fake_urls,
                 "policy": self.policy,

@@ -26,7 +26,7 @@ from gateway.engine.outbound import (
     allowed_addresses,
     host_refusal,
 )
-from gateway.engine.secret_destinations import SecretDestinations
+from gateway.engine.secret_destinations import Origin, SecretDestinations, url_origin
 
 
 def blocked(refusal: str) -> ProviderError:
@@ -113,9 +113,10 @@ class BlockedTransport(httpx.AsyncBaseTransport):
 
 
 class SecretBoundTransport(httpx.AsyncBaseTransport):
-    """A provider's pool, sending its key only to a host the key's variable is bound to
-    (`SECRET_DESTINATIONS`): checked on each request's own URL, whatever the base URL said
-    when the row was saved. A refusal sends nothing (`upstream_rejected`, "not sent: …")."""
+    """A provider's pool, sending its key only to a destination the key's variable is bound to
+    (`SECRET_DESTINATIONS`: scheme, host and port): checked on each request's own URL, whatever
+    the base URL said when the row was saved. A refusal sends nothing (`upstream_rejected`,
+    "not sent: …")."""
 
     def __init__(
         self, inner: httpx.AsyncBaseTransport, *, name: str, destinations: SecretDestinations
@@ -123,15 +124,16 @@ class SecretBoundTransport(httpx.AsyncBaseTransport):
         self._inner = inner
         self._name = name
         self._destinations = destinations
-        self._allowed: set[str] = set()  # hosts already checked: one set lookup a request
+        # Origins already checked: a set lookup a request after the first.
+        self._allowed: set[Origin | None] = set()
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        self._check(str(request.url), request.url.host)
+        self._check(str(request.url))
         return await self._inner.handle_async_request(request)
 
     async def fetch(self, method: str, url: str, host: str, *rest: typing.Any) -> typing.Any:
         """The inner transport's `fetch` (`AiohttpTransport`), after the same check."""
-        self._check(url, host)
+        self._check(url)
         return await self._inner.fetch(method, url, host, *rest)  # type: ignore[attr-defined]
 
     @property
@@ -141,7 +143,7 @@ class SecretBoundTransport(httpx.AsyncBaseTransport):
 
     async def open_stream(self, method: str, url: str, host: str, *rest: typing.Any) -> typing.Any:
         """The inner transport's `open_stream` (`NativeTransport`), after the same check."""
-        self._check(url, host)
+        self._check(url)
         return await self._inner.open_stream(method, url, host, *rest)  # type: ignore[attr-defined]
 
     @property
@@ -149,12 +151,13 @@ class SecretBoundTransport(httpx.AsyncBaseTransport):
         """Whether the inner transport can `open_stream`."""
         return hasattr(self._inner, "open_stream")
 
-    def _check(self, url: str, host: str) -> None:
-        if host not in self._allowed:
-            refusal = self._destinations.refusal(self._name, url)
+    def _check(self, url: str) -> None:
+        origin = url_origin(url)
+        if origin not in self._allowed:
+            refusal = self._destinations.origin_refusal(self._name, origin)
             if refusal:
                 raise ProviderError(ErrorClass.UPSTREAM_REJECTED, f"not sent: {refusal}")
-            self._allowed.add(host)
+            self._allowed.add(origin)
 
     async def aclose(self) -> None:
         await self._inner.aclose()

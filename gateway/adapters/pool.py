@@ -28,7 +28,7 @@ from gateway.adapters.transport import Fetch, NativeTransport, OpenStream
 from gateway.aio import LoopLocal, spawn
 from gateway.engine.config import ProviderConfig
 from gateway.engine.outbound import OutboundPolicy, url_refusal
-from gateway.engine.secret_destinations import SecretDestinations
+from gateway.engine.secret_destinations import Destination, SecretDestinations
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class ClientSettings:
 
     outbound_allow: tuple[str, ...] = ()
     http_client: str = "httpx"
-    secret_hosts: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    secret_hosts: Mapping[str, tuple[Destination, ...]] = field(default_factory=dict)
     secret_loopback: bool = False
     image_fetch: ImageFetch = field(default_factory=ImageFetch)  # IMAGE_FETCH_*
 

@@ -7,10 +7,10 @@ of the platform's own settings (Django's, and every variable `failover_site/sett
 whatever those lists say: otherwise anyone allowed to edit a provider could have `SECRET_KEY`
 sent to a server of theirs as a bearer token.
 
-A secret is also bound to where it may be sent (`SECRET_DESTINATIONS`, the rules in
-`gateway/engine/secret_destinations.py`): a row pairing a secret variable with a URL on
-another host is refused, so no one who may edit a provider or a channel can send another row's
-secret to a server of their own.
+A secret is also bound to where it may be sent (`SECRET_DESTINATIONS`: a scheme, a host and a
+port; the rules in `gateway/engine/secret_destinations.py`): a row pairing a secret variable
+with a URL anywhere else is refused, so no one who may edit a provider or a channel can send
+another row's secret to a server of their own, nor to another listener on its host.
 
 The rules are checked when a row is validated (the admin's forms, the services, the management
 commands) and again each time a secret is read, so a row saved around the validation (an
