@@ -4,7 +4,9 @@
 arrives (Django's reader spools a body of any size to disk before a view can refuse it) and
 bound to arrive within `REQUEST_BODY_TIMEOUT_S`. `ApiHandler` (the frontends' endpoints) keeps
 every request on the event loop, and caps each body at its endpoint's limit
-(`edge.api.arrival.body_limit_for`).
+(`edge.api.arrival.body_limit_for`). What the API answers before or beside its doors (a refusal
+on arrival, a path no door serves: `not_found`) is in the error shape of the door whose prefix
+the path is under.
 """
 
 from __future__ import annotations
@@ -251,11 +253,18 @@ async def _disconnected(receive: Any) -> None:
 
 
 def _render_for(path: str) -> Callable[[ApiError], JsonAnswer]:
-    """The endpoint's error shape: Anthropic's on /v1/messages, OpenAI's on the rest of
-    /v1/, the gateway's own on /api/."""
-    if path.startswith("/v1/messages"):
+    """The door's error shape: Anthropic's on /v1/messages and under it, OpenAI's on the rest
+    of /v1/, the gateway's own on /api/."""
+    if path == "/v1/messages" or path.startswith("/v1/messages/"):
         return anthropic_error
     return openai_error if path.startswith("/v1/") else error_response
+
+
+async def not_found(request: HttpRequest) -> JsonAnswer:
+    """A path under /api/ or /v1/ that no door serves (`failover_site/urls.py` sends each one
+    here): a 404 in the error shape of the door whose prefix it is under."""
+    error = ApiError(404, "not_found", f"No endpoint at {request.path}.")
+    return _render_for(request.path)(error)
 
 
 def _error_answer(request: HttpRequest, status: int, code: str, message: str) -> JsonAnswer:

@@ -6,12 +6,15 @@ Attributes follow the GenAI semantic conventions (`gen_ai.operation.name`,
 `gen_ai.response.model`, `gen_ai.usage.*`, `gen_ai.response.finish_reasons`), HTTP's and the
 gateway's own `failover.*`. No prompt, answer, key or secret goes on a span: a provider is
 named by its host, a failure by its class.
+
+A caller's trace context is the caller's word, not the operator's: unless trusted, its sampled
+flag never reaches the sampler (`SampledHere`), and unless allowed its `tracestate` is not read.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -20,8 +23,20 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, set_span_in_context
+from opentelemetry.sdk.trace.sampling import Sampler, SamplingResult
+from opentelemetry.trace import (
+    Link,
+    Span,
+    SpanKind,
+    Status,
+    StatusCode,
+    Tracer,
+    TraceState,
+    get_current_span,
+    set_span_in_context,
+)
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.util.types import Attributes
 
 from gateway.routing.result import RouteResult
 from gateway.routing.walk import AttemptOutcome, RouteRequest
@@ -35,6 +50,7 @@ PROVIDER_NAMES = {
     "anthropic": "anthropic",
     "ollama": "ollama",
 }
+_TRACEPARENT = (b"traceparent",)
 _TRACE_HEADERS = (b"traceparent", b"tracestate")
 # A provider the request went past without its answer: the request span's event for it.
 PASSED_OVER = {
@@ -44,22 +60,36 @@ PASSED_OVER = {
 
 
 class OtelTracing:
-    def __init__(self, exporter: SpanExporter | None = None) -> None:
-        """`exporter`: OTLP over HTTP as the OTEL_EXPORTER_OTLP_* variables say, unless given."""
+    def __init__(
+        self,
+        exporter: SpanExporter | None = None,
+        *,
+        trust_sampled: bool = False,
+        forward_tracestate: bool = False,
+    ) -> None:
+        """`exporter`: OTLP over HTTP as the OTEL_EXPORTER_OTLP_* variables say, unless given.
+        `trust_sampled`: a caller's sampled flag reaches the sampler (a parent-based one, the
+        SDK's default, then follows it); `forward_tracestate`: a caller's `tracestate` is
+        carried on, on the spans and to every provider call."""
         # OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES win over the default name.
         named = os.environ.get("OTEL_SERVICE_NAME") or "service.name=" in os.environ.get(
             "OTEL_RESOURCE_ATTRIBUTES", ""
         )
         resource = Resource.create({} if named else {"service.name": SERVICE_NAME})
+        # The sampler is the one the OTEL_TRACES_SAMPLER* variables name, as the SDK builds it;
+        # wrapped before the tracer is made, which takes it from the provider.
         self.provider = TracerProvider(resource=resource)
+        if not trust_sampled:
+            self.provider.sampler = SampledHere(self.provider.sampler)
         self.provider.add_span_processor(BatchSpanProcessor(exporter or OTLPSpanExporter()))
         self.tracer = self.provider.get_tracer(SERVICE_NAME)
+        self.trace_headers = _TRACE_HEADERS if forward_tracestate else _TRACEPARENT
 
     def request(self, scope: Mapping[str, Any]) -> OtelRequest:
         carrier = {
             name.decode("latin-1"): value.decode("latin-1")
             for name, value in scope.get("headers", ())
-            if name in _TRACE_HEADERS
+            if name in self.trace_headers
         }
         parent = PROPAGATOR.extract(carrier) if carrier else None
         method, path = scope.get("method", ""), scope.get("path", "")
@@ -83,8 +113,8 @@ class OtelRequest:
         self.span = span
         self.context: Context = set_span_in_context(span)
         self.operation = "chat"
-        # Not sampled (the sampler's choice, or the caller's): nothing to record, and the
-        # provider calls carry the request's own context upstream, unsampled.
+        # Not sampled (the sampler's choice; the caller's, when trusted): nothing to record, and
+        # the provider calls carry the request's own context upstream, unsampled.
         self.recording = span.is_recording()
         self.unsampled: Unsampled | None = None if self.recording else Unsampled(self.context)
 
@@ -205,6 +235,40 @@ class OtelRequest:
         if status >= 500:
             self.span.set_status(Status(StatusCode.ERROR))
         self.span.end()
+
+
+class SampledHere(Sampler):
+    """The operator's sampler, deciding a request that arrives in a caller's trace as it decides
+    one that starts a trace: on the caller's trace id (which a ratio sampler reads), the
+    caller's sampled flag unheard. The trace goes on with the caller's `tracestate`, as far as
+    it was read. A local parent (a provider call's request) is the sampler's to follow."""
+
+    def __init__(self, sampler: Sampler) -> None:
+        self.sampler = sampler
+
+    def should_sample(
+        self,
+        parent_context: Context | None,
+        trace_id: int,
+        name: str,
+        kind: SpanKind | None = None,
+        attributes: Attributes = None,
+        links: Sequence[Link] | None = None,
+        trace_state: TraceState | None = None,
+    ) -> SamplingResult:
+        parent = get_current_span(parent_context).get_span_context()
+        if not parent.is_remote:
+            return self.sampler.should_sample(
+                parent_context, trace_id, name, kind, attributes, links, trace_state
+            )
+        # An empty context: no parent (None would have the sampler read the current context).
+        decided = self.sampler.should_sample(
+            Context(), trace_id, name, kind, attributes, links, trace_state
+        )
+        return SamplingResult(decided.decision, decided.attributes, parent.trace_state)
+
+    def get_description(self) -> str:
+        return f"SampledHere{{{self.sampler.get_description()}}}"
 
 
 class OtelAttempt:

@@ -8,11 +8,14 @@ A serving process exports traces when `OTEL_EXPORTER_OTLP_ENDPOINT` (or
 Each request to the API gets a server span (`RequestSpan`), each provider call a child client
 span (`gateway/routing/attempt_trace.py`), named and attributed by OpenTelemetry's GenAI
 semantic conventions plus the gateway's own `failover.*` attributes; a provider passed over, a
-breaker that moved and the stand-in that answered are span events. The caller's W3C trace
-context (`traceparent`, `tracestate`) is continued, and each provider call carries its own
-upstream. Spans leave through a batch processor on a thread of its own, never on a request's
-path. With tracing off nothing of OpenTelemetry is imported, and a request pays one context
-lookup per provider call.
+breaker that moved and the stand-in that answered are span events. The caller's trace
+(`traceparent`) is continued, and each provider call carries its own upstream. The operator
+decides what else of the caller's context counts: whether a request is sampled is the sampler's
+choice (`OTEL_TRACES_SAMPLER`), the caller's sampled flag heard only with
+`TRACES_TRUST_CALLER_SAMPLED`, and the caller's `tracestate` goes on only with
+`TRACES_FORWARD_CALLER_TRACESTATE`. Spans leave through a batch processor on a thread of its
+own, never on a request's path. With tracing off nothing of OpenTelemetry is imported, and a
+request pays one context lookup per provider call.
 """
 
 from __future__ import annotations
@@ -51,7 +54,8 @@ class RequestSpan(RequestTrace, Protocol):
 
 class Tracing(Protocol):
     def request(self, scope: Mapping[str, Any]) -> RequestSpan:
-        """A server span for the API request `scope`, continuing the caller's trace."""
+        """A server span for the API request `scope`, continuing the caller's trace (what of
+        its context counts as the process was configured)."""
         ...
 
     def shutdown(self) -> None:
@@ -68,6 +72,11 @@ def configured(environ: Mapping[str, str]) -> bool:
     return bool(endpoint) and exporter in ("", "otlp") and not disabled
 
 
+def _switch(environ: Mapping[str, str], name: str) -> bool:
+    """An on/off variable, off unless set to true (or on, yes, 1)."""
+    return environ.get(name, "").strip().lower() in ("true", "on", "yes", "1")
+
+
 def tracing_from_env(environ: Mapping[str, str] = os.environ) -> Tracing | None:
     """The process's tracing, as its environment configures it; None when off."""
     if not configured(environ):
@@ -76,4 +85,9 @@ def tracing_from_env(environ: Mapping[str, str] = os.environ) -> Tracing | None:
     # milliseconds of start-up and several MiB that a process without tracing never pays.
     from runtime.otel import OtelTracing
 
-    return OtelTracing()
+    # Read here with the OTEL_* variables: what of a caller's trace context a request takes on
+    # is the operator's choice, off by default (docs/configuration.md).
+    return OtelTracing(
+        trust_sampled=_switch(environ, "TRACES_TRUST_CALLER_SAMPLED"),
+        forward_tracestate=_switch(environ, "TRACES_FORWARD_CALLER_TRACESTATE"),
+    )

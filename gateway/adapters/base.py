@@ -391,8 +391,8 @@ class ProviderAdapter(ABC):
 def _traced(
     pairs: tuple[tuple[str, str], ...], extra: tuple[tuple[str, str], ...] = ()
 ) -> tuple[tuple[str, str], ...]:
-    """A request's headers with its trace's (`traceparent`), when the process exports traces,
-    and the request's own (`extra`)."""
+    """A request's headers with its trace's (`traceparent`, and `tracestate` when the process
+    carries a caller's on), when the process exports traces, and the request's own (`extra`)."""
     trace = tracing.upstream_headers()
     if not trace and not extra:
         return pairs

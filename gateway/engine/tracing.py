@@ -16,7 +16,8 @@ from typing import Protocol
 
 class AttemptTrace(Protocol):
     def upstream_headers(self) -> tuple[tuple[str, str], ...]:
-        """The headers that carry this attempt's trace context to the provider."""
+        """The headers that carry this attempt's trace context to the provider: W3C
+        `traceparent`, and `tracestate` when the process carries a caller's on."""
         ...
 
     def finished(

@@ -90,6 +90,55 @@ async def test_an_unknown_api_path_is_a_json_404(api, gateway):
     assert response.json()["error"]["code"] == "not_found"
 
 
+def _anthropics_404(body):
+    assert body["type"] == "error"
+    assert body["error"]["type"] == "not_found_error"
+    return body["error"]["message"]
+
+
+def _openais_404(body):
+    assert (body["error"]["type"], body["error"]["code"]) == ("invalid_request_error", "not_found")
+    return body["error"]["message"]
+
+
+def _gateways_404(body):
+    assert set(body) == {"error"} and body["error"]["code"] == "not_found"
+    return body["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("path", "shape"),
+    [
+        ("/v1/messages/batches", _anthropics_404),
+        ("/v1/messages/batches/abc", _anthropics_404),
+        ("/v1/messages/count_tokens/more", _anthropics_404),
+        ("/v1/messagesx", _openais_404),
+        ("/v1/nothing", _openais_404),
+        ("/v1/chat/completions/abc", _openais_404),
+        ("/api/v1/nothing", _gateways_404),
+        ("/api/nothing", _gateways_404),
+    ],
+)
+@pytest.mark.parametrize("method", ["GET", "POST"])
+async def test_an_unknown_path_is_a_404_in_the_error_shape_of_the_door_it_is_under(
+    api, gateway, primary, path, shape, method
+):
+    response = await api.request(method, path, json={"model": "auto"})
+    assert response.status_code == 404
+    assert response.headers["content-type"].startswith("application/json")
+    assert shape(response.json()) == f"No endpoint at {path}."
+    assert primary.calls == 0
+
+
+@pytest.mark.parametrize("path", ["/v1/messages", "/v1/messages/count_tokens"])
+async def test_another_method_on_anthropics_door_is_a_405_in_its_error_shape(api, gateway, path):
+    response = await api.get(path)
+    assert response.status_code == 405
+    assert response.headers["Allow"] == "POST"
+    body = response.json()
+    assert (body["type"], body["error"]["type"]) == ("error", "invalid_request_error")
+
+
 async def test_an_unknown_host_is_refused(api, gateway):
     response = await api.post(URL, json={"prompt": "hi"}, headers={"host": "evil.example"})
     assert response.status_code == 400

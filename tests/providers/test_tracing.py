@@ -96,16 +96,36 @@ def receiver() -> Iterator[Receiver]:
 
 
 @pytest.fixture
-def traced(gateway, receiver, monkeypatch):
-    """The test's gateway exporting to the receiver, as OTEL_EXPORTER_OTLP_ENDPOINT says."""
+def trace(gateway, receiver, monkeypatch):
+    """Starts the test's gateway exporting to the receiver, as OTEL_EXPORTER_OTLP_ENDPOINT says,
+    with the other variables as the test left them (the defaults unless set)."""
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url)
-    monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
-    tracing = tracing_from_env()
-    assert tracing is not None
-    gateway.tracing = tracing
-    yield tracing
+    for name in (
+        "OTEL_SERVICE_NAME",
+        "OTEL_TRACES_SAMPLER",
+        "OTEL_TRACES_SAMPLER_ARG",
+        "TRACES_TRUST_CALLER_SAMPLED",
+        "TRACES_FORWARD_CALLER_TRACESTATE",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    started = []
+
+    def start():
+        tracing = tracing_from_env()
+        assert tracing is not None
+        gateway.tracing = tracing
+        started.append(tracing)
+        return tracing
+
+    yield start
     gateway.tracing = None
-    tracing.shutdown()
+    for tracing in started:
+        tracing.shutdown()
+
+
+@pytest.fixture
+def traced(trace):
+    return trace()
 
 
 def _by_kind(spans: list[Span], kind: int) -> list[Span]:
@@ -251,21 +271,85 @@ def test_a_process_without_tracing_loads_nothing_of_opentelemetry():
     assert done.stdout.strip().splitlines()[-1] == "[]"
 
 
-async def test_a_request_the_caller_did_not_sample_records_nothing_but_passes_its_context_on(
+async def test_a_request_the_caller_did_not_sample_is_traced_as_the_operators_sampler_says(
     api, gateway, traced, receiver, primary, secondary
 ):
-    """The default sampler follows the caller's choice: nothing exported, and the provider gets
-    the same trace, still unsampled."""
+    """The caller's trace is joined, its sampled flag unheard: the SDK's default sampler
+    (parent-based, always on) decides the request as the start of a trace, and samples it."""
     unsampled = f"00-{CALLER_TRACE}-{CALLER_SPAN}-00"
     response = await api.post(
         "/v1/chat/completions", json=HELLO, headers={"traceparent": unsampled}
     )
     assert response.status_code == 200
     traced.provider.force_flush()
+    spans = receiver.wait_for(2)
+    [server] = _by_kind(spans, Span.SPAN_KIND_SERVER)
+    [call] = _by_kind(spans, Span.SPAN_KIND_CLIENT)
+    assert (server.trace_id.hex(), server.parent_span_id.hex()) == (CALLER_TRACE, CALLER_SPAN)
+    sent = primary.last_request("/api/chat")["headers"]["traceparent"]
+    assert sent == f"00-{CALLER_TRACE}-{call.span_id.hex()}-01"
+
+
+async def test_a_caller_that_sampled_is_left_out_when_the_operators_sampler_leaves_it_out(
+    api, gateway, trace, receiver, primary, secondary, monkeypatch
+):
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "parentbased_always_off")
+    tracing = trace()
+
+    response = await api.post(
+        "/v1/chat/completions", json=HELLO, headers={"traceparent": TRACEPARENT}
+    )
+
+    assert response.status_code == 200
+    tracing.provider.force_flush()
     assert receiver.spans == []
     sent = primary.last_request("/api/chat")["headers"]["traceparent"]
     version, trace_id, _, flags = sent.split("-")
     assert (version, trace_id, flags) == ("00", CALLER_TRACE, "00")
+
+
+async def test_a_trusted_callers_choice_not_to_sample_records_nothing_but_passes_it_on(
+    api, gateway, trace, receiver, primary, secondary, monkeypatch
+):
+    """With TRACES_TRUST_CALLER_SAMPLED the default sampler follows the caller's choice: nothing
+    exported, and the provider gets the same trace, still unsampled."""
+    monkeypatch.setenv("TRACES_TRUST_CALLER_SAMPLED", "true")
+    tracing = trace()
+    unsampled = f"00-{CALLER_TRACE}-{CALLER_SPAN}-00"
+    response = await api.post(
+        "/v1/chat/completions", json=HELLO, headers={"traceparent": unsampled}
+    )
+    assert response.status_code == 200
+    tracing.provider.force_flush()
+    assert receiver.spans == []
+    sent = primary.last_request("/api/chat")["headers"]["traceparent"]
+    version, trace_id, _, flags = sent.split("-")
+    assert (version, trace_id, flags) == ("00", CALLER_TRACE, "00")
+
+
+@pytest.mark.parametrize(
+    ("forward", "upstream"), [(None, None), ("false", None), ("true", "congo=t61rcWkgMzE")]
+)
+async def test_a_callers_tracestate_goes_upstream_only_when_the_operator_allows_it(
+    api, gateway, trace, receiver, primary, secondary, monkeypatch, forward, upstream
+):
+    if forward is not None:
+        monkeypatch.setenv("TRACES_FORWARD_CALLER_TRACESTATE", forward)
+    tracing = trace()
+
+    response = await api.post(
+        "/v1/chat/completions",
+        json=HELLO,
+        headers={"traceparent": TRACEPARENT, "tracestate": "congo=t61rcWkgMzE"},
+    )
+
+    assert response.status_code == 200
+    headers = primary.last_request("/api/chat")["headers"]
+    assert headers.get("tracestate") == upstream
+    assert headers["traceparent"].split("-")[1] == CALLER_TRACE  # the trace joined either way
+    tracing.provider.force_flush()
+    [server] = _by_kind(receiver.wait_for(2), Span.SPAN_KIND_SERVER)
+    assert server.trace_state == (upstream or "")
 
 
 async def test_what_a_call_left_out_is_named_on_its_span(

@@ -1,5 +1,6 @@
-"""OpenAI's error shape on its doors: a refusal, an unexpected failure (`openai_json_errors`)
-and a path no door serves under /v1/, each answered as OpenAI answers it."""
+"""OpenAI's error shape on its doors: a refusal and an unexpected failure
+(`openai_json_errors`), each answered as OpenAI answers it (a path no door serves:
+`edge.handlers.not_found`)."""
 
 from __future__ import annotations
 
@@ -29,8 +30,3 @@ async def arrived(
     """A POST's checks in their order (`edge.api.arrival.arrived`), refused in OpenAI's
     error shape."""
     return await arrive(request, parse, openai_error)
-
-
-@openai_json_errors
-async def not_found(request: HttpRequest) -> JsonAnswer:
-    return openai_error(ApiError(404, "not_found", f"No endpoint at {request.path}."))
