@@ -203,7 +203,12 @@ class ClientAppAdmin(AuditedModelAdmin):
         ),
         (
             "When no provider answers",
-            {"fields": (("accept_cached", "accept_static", "accept_degraded"),)},
+            {
+                "fields": (
+                    ("accept_cached", "accept_static", "accept_degraded"),
+                    "shared_answer_cache",
+                )
+            },
         ),
         ("History", {"fields": ("created_at", "updated_at")}),
     )

@@ -129,6 +129,7 @@ def clients_build(*, digest: str | None = None) -> Clients:
             allow_high_priority=row.allow_high_priority,
             can_read_status=row.can_read_status,
             stand_ins=row.stand_ins,
+            shared_answer_cache=row.shared_answer_cache,
         )
     return Clients(by_digest=usable, refused=frozenset(refused))
 

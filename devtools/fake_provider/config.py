@@ -86,6 +86,10 @@ careless server or proxy might (`leaks`).
 
 `chunk_delay_ms` paces any streamed answer, whatever the mode: it is the wait between one chunk
 and the next, so a stream can be made to last long enough to cut or cancel it midway.
+
+`piece_chars` cuts the answer into pieces of that many characters instead of words (0, the
+default: words with their leading whitespace): each piece a stream chunk and a token, so a word
+(a key the answer quotes, say) can be made to arrive split across chunks.
 """
 
 from __future__ import annotations
@@ -156,12 +160,20 @@ class FakeConfig:
     disobey: str = ""
     load_ms: int = 0  # the loading mode's load
     content_encoding: str = ""
-    # The answer split into tokens (words with their leading whitespace): joining the first n
-    # gives the answer cut to n tokens, and each one is a stream chunk.
+    piece_chars: int = 0  # the answer's pieces: this many characters each (0: words)
+    # The answer split into tokens (words with their leading whitespace, or `piece_chars`
+    # characters): joining the first n gives the answer cut to n tokens, and each one is a
+    # stream chunk.
     pieces: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "pieces", tuple(_PIECES.findall(self.text)))
+        size, text = self.piece_chars, self.text
+        pieces = (
+            [text[i : i + size] for i in range(0, len(text), size)]
+            if size
+            else _PIECES.findall(text)
+        )
+        object.__setattr__(self, "pieces", tuple(pieces))
 
     @cached_property
     def full_answer(self) -> str:
@@ -311,4 +323,5 @@ _VALIDATORS = {
     "disobey": _choice(DISOBEY),
     "load_ms": _int_between(0, int(HANG_CAP_SECONDS * 1000)),
     "content_encoding": _choice(CONTENT_ENCODINGS),
+    "piece_chars": _int_between(0, MAX_CHUNKS),
 }

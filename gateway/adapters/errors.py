@@ -28,6 +28,9 @@ class ErrorClass(StrEnum):
     # A 2xx answer that ignores what the request required: the forced tool call, the offered
     # tools, JSON, the strict schema (`routing/compliance.py`).
     NON_COMPLIANT = "non_compliant"
+    # A 2xx answer that quotes a secret the gateway holds (a key, a token), whole or in a
+    # stream's pieces (`engine/secret_watch.py`): never served, never cached.
+    SECRET_IN_ANSWER = "secret_in_answer"
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +62,8 @@ ERROR_TABLE: dict[ErrorClass, ErrorRule] = {
     ErrorClass.UNSUPPORTED: ErrorRule(try_next=True, breaker_failure=False),
     # A failure on the breaker only if the policy says so (`non_compliant_is_failure`).
     ErrorClass.NON_COMPLIANT: ErrorRule(try_next=True, breaker_failure=False),
+    # Counted against the provider as a garbage answer is: something upstream hands it keys.
+    ErrorClass.SECRET_IN_ANSWER: ErrorRule(try_next=True, breaker_failure=True),
 }
 
 

@@ -1,6 +1,8 @@
 """A streamed answer, handed to the router once its first text is in. The stream reads lines
 and keeps the answer so far; its dialect's `StreamDecoder` reads each event into a piece, and
-its provider's `Failures` make every error it raises: the stream knows no adapter."""
+its provider's `Failures` make every error it raises: the stream knows no adapter. A provider
+with secrets has each piece watched for them first (`engine/secret_watch.py`): what could begin
+one is held back until the next piece, and a secret fails the stream (`secret_in_answer`)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from typing import Any, Protocol
 import httpx
 
 from gateway.adapters.errors import ErrorClass
-from gateway.adapters.failures import Failures
+from gateway.adapters.failures import SECRET_QUOTED, Failures
 from gateway.adapters.messages import (
     Completion,
     Piece,
@@ -22,6 +24,7 @@ from gateway.adapters.messages import (
     estimate_tokens,
 )
 from gateway.engine import codec
+from gateway.engine.secret_watch import TEXT, THINKING, Kind, StreamWatch
 
 
 class StreamDecoder(Protocol):
@@ -79,6 +82,11 @@ class CompletionStream:
         self.longest_pause_s = 0.0  # between two pieces after the first (the stall rule's measure)
         self._stall_s = 0.0
         self._on_stall: Callable[[float], None] | None = None
+        # Each piece noted as it comes or, where the provider has secrets, watched first.
+        watch = failures.watch
+        self._watch = None if watch is None else StreamWatch(watch)
+        self._take = self._taken if watch is None else self._watched
+        self._kind: Kind = TEXT  # of the last piece watched
 
     @property
     def text(self) -> str:
@@ -94,7 +102,7 @@ class CompletionStream:
         sse = decoder.framing == "sse"
         while self.queued or not self.done:
             if self.queued:
-                piece = self._taken(self.queued.popleft())
+                piece = self._take(self.queued.popleft())
                 if piece:
                     return piece
                 continue
@@ -124,10 +132,18 @@ class CompletionStream:
                 event = codec.loads(data)
             except (ValueError, RecursionError):
                 raise failures.malformed("a stream event is not JSON") from None
-            piece = self._taken(decoder.decode(event, self))
+            piece = self._take(decoder.decode(event, self))
             if piece:
                 return piece
-        return None
+        watch = self._watch
+        if watch is None:
+            return None
+        # Ended: what the watch held back holds no secret and goes last, as it is.
+        self._watch, self._take = None, self._taken
+        held = watch.held_back(self._kind)
+        if held:
+            self.queued.append(_piece_of(self._kind, held))
+        return await self.next_text(deadline, timeout_message)
 
     def _taken(self, piece: Piece) -> Piece:
         """A piece noted in the answer so far (its text, or its tool call's)."""
@@ -146,6 +162,44 @@ class CompletionStream:
         elif piece:
             self.parts.append(piece)
         return piece
+
+    def _watched(self, piece: Piece) -> Piece:
+        """`_taken` for what of `piece` may go on yet (a secret's possible beginning held
+        back); a secret in it fails the stream."""
+        kind: Kind
+        if isinstance(piece, str):
+            kind, text = TEXT, piece
+        elif isinstance(piece, ToolCallDelta):
+            kind, text = piece.index, piece.arguments
+        else:
+            kind, text = THINKING, piece.text
+        watch = self._watch
+        assert watch is not None
+        if kind != self._kind:
+            if not text and not isinstance(piece, ToolCallDelta):
+                return ""  # an event without text: nothing to watch, nothing to order
+            held = watch.held_back(self._kind)
+            before, self._kind = self._kind, kind
+            if held:  # what the other kind held back goes first, this piece next
+                self.queued.appendleft(piece)
+                return self._taken(_piece_of(before, held))
+        if not text:
+            return self._taken(piece)
+        passed = watch.passed(kind, text)
+        if passed is None:
+            raise self.failures.failed(ErrorClass.SECRET_IN_ANSWER, SECRET_QUOTED)
+        if kind == TEXT:  # the usual piece, noted here (`_taken` would ask what it is again)
+            if passed:
+                self.parts.append(passed)
+            return passed
+        if passed is not text:
+            if isinstance(piece, ToolCallDelta):
+                if not (passed or piece.id or piece.name):
+                    return ""
+                piece = ToolCallDelta(piece.index, piece.id, piece.name, passed)
+            else:
+                piece = _piece_of(kind, passed)
+        return self._taken(piece)
 
     def watch_pauses(self, stall_s: float, on_stall: Callable[[float], None]) -> None:
         """A pause between two pieces longer than `stall_s` is told to `on_stall` (once per
@@ -206,3 +260,12 @@ class CompletionStream:
             reasoning_signature=self.reasoning_signature if self.reasoning else "",
             tokens_estimated=estimated,
         )
+
+
+def _piece_of(kind: Kind, text: str) -> Piece:
+    """`text` as a piece of its kind."""
+    if kind == TEXT:
+        return text
+    if kind == THINKING:
+        return Reasoning(text)
+    return ToolCallDelta(int(kind), arguments=text)

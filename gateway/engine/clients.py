@@ -31,6 +31,12 @@ class StandIn(StrEnum):
 # A widget's choice (and the anonymous caller's): any stand-in beats an error.
 ALL_STAND_INS: frozenset[StandIn] = frozenset(StandIn)
 
+# Whose answers the answer cache keeps a request's with (`ClientConfig.cache_scope`): the apps
+# an operator made share theirs, and the callers without a key, who can't be told apart. Every
+# other app's scope is its own ("app:" and its name, which no word here begins with).
+SHARED_CACHE = "shared"
+ANONYMOUS_CACHE = "anonymous"
+
 
 def key_digest(key: str) -> str:
     return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
@@ -57,6 +63,14 @@ class ClientConfig:
     can_read_status: bool = False
     # Which stand-ins its clients take for an answer; none (an agent's backend): a 503 instead.
     stand_ins: frozenset[StandIn] = ALL_STAND_INS
+    # Its answers cached with every other sharing app's (a public FAQ widget), not its own.
+    shared_answer_cache: bool = False
+
+    @property
+    def cache_scope(self) -> str:
+        """Whose cached answers it is served, and keeps its own with: its own, unless an
+        operator made it share."""
+        return SHARED_CACHE if self.shared_answer_cache else f"app:{self.name}"
 
     def may_ask_for(self, name: str) -> bool:
         return ANY_MODEL in self.allowed_models or name in self.allowed_models

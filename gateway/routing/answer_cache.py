@@ -2,9 +2,12 @@
 configured, this process's memory otherwise).
 
 The key is a hash of the normalized conversation and the parameters that shape an answer, so
-the same question asked with different spacing or case finds the same answer. Only a whole,
-successful answer is stored; the policy decides whether the cache serves only when every
-provider fails (`fallback`) or also before asking one (`cost_saver`).
+the same question asked with different spacing or case finds the same answer, and of whose
+answers it is (`scope`: the client app's own, the anonymous callers', or the apps' an operator
+made share theirs: `gateway/engine/clients.py` `ClientConfig.cache_scope`), so one app's
+answer never stands in for another's. Only a whole, successful answer is stored; the policy
+decides whether the cache serves only when every provider fails (`fallback`) or also before
+asking one (`cost_saver`).
 """
 
 from __future__ import annotations
@@ -35,14 +38,17 @@ ANSWER_OPTIONS = frozenset(
 )
 
 
-def answer_key(request: CompletionRequest, group: tuple[tuple[str, str], ...] = ()) -> str:
-    """The cache key of the answer to `request` ("" for one that may be a tool call, or an
-    embedding: no cached text can stand in for either, nor be cached as text). A model alias's
-    answers (`group`: its entries, the models asked for) are kept apart from the cascade's
-    and from other aliases'."""
+def answer_key(
+    request: CompletionRequest, group: tuple[tuple[str, str], ...] = (), *, scope: str
+) -> str:
+    """The cache key of the answer to `request` in `scope` ("" for one that may be a tool
+    call, or an embedding: no cached text can stand in for either, nor be cached as text). A
+    model alias's answers (`group`: its entries, the models asked for) are kept apart from the
+    cascade's and from other aliases'."""
     if request.uses_tools or request.embed or request.turns:  # a conversation of turns: images
         return ""
     shape: dict[str, Any] = {
+        "scope": scope,
         "system": _normalized(request.system_prompt),
         "history": [[role, _normalized(text)] for role, text in request.history],
         "prompt": _normalized(request.prompt),

@@ -362,7 +362,9 @@ async def _settle(
         completion = stream.completion(latency_s * 1000, estimate_tokens(request.all_text()))
         error = ProviderError(ErrorClass.NON_COMPLIANT, problem)
     elif completion is not None:
-        problem = answer_problem(request, completion)
+        # An answer that quotes a secret is failed before anything else is asked of it.
+        error = ticket.adapter.failures.quoted_secret(completion)
+        problem = answer_problem(request, completion) if error is None else ""
         if problem:
             error = ProviderError(ErrorClass.NON_COMPLIANT, problem)
     attempt, cost = await settle(walk, ticket, completion, error, latency_s, cache=True)

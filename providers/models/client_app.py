@@ -127,6 +127,15 @@ class ClientApp(models.Model):
         help_text="When nothing else answers: the policy's apology. Off for an agent's "
         "backend, with the two above: it gets a 503 with Retry-After instead.",
     )
+    # Off: its answers are cached for it alone, so no other app is served one as a stand-in.
+    # On for apps that show the same public answers (FAQ widgets): they share one cache.
+    shared_answer_cache = models.BooleanField(
+        "shares the answer cache",
+        default=False,
+        help_text="Off: the answers cached for this app are served to it alone. On: it is "
+        "served, and adds to, the answers of every app that shares the cache (for public "
+        "widgets that ask the same questions).",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

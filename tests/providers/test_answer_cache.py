@@ -11,6 +11,7 @@ import pytest
 
 from gateway.adapters.errors import ProviderError
 from gateway.adapters.messages import CompletionRequest
+from gateway.engine.clients import SHARED_CACHE
 from gateway.routing.answer_cache import answer_key, cache_read
 from gateway.routing.cascade import CACHED_NOTICE, RouteRequest, RouteResult, finish_stream, route
 from tests.providers.conftest import ask, ledger_rows, update_policy
@@ -22,6 +23,8 @@ QUESTION = "Write me a sonnet about turnips."
 PRIMARY_TEXT = "Hello from the local model."
 SECONDARY_TEXT = "Hello from the cloud model."
 FAQ_QUESTION = "What are your opening hours?"
+# The answer cache's scope of the suite's client app (`make_client_app(name="suite")`).
+SUITE = "app:suite"
 
 
 def both_down(primary, secondary) -> None:
@@ -211,7 +214,8 @@ async def test_nothing_is_cached_from_a_failed_answer(api, gateway, primary, sec
     body = (await ask(api, QUESTION)).json()
 
     assert body["tier"] == "degraded"
-    assert await cache_read(gateway.store, answer_key(CompletionRequest(prompt=QUESTION))) is None
+    key = answer_key(CompletionRequest(prompt=QUESTION), scope=SUITE)
+    assert await cache_read(gateway.store, key) is None
 
 
 @pytest.mark.parametrize(
@@ -314,7 +318,8 @@ async def read_to_the_end(result: RouteResult) -> ProviderError | None:
 
 
 async def cached_text(gateway, prompt: str = QUESTION) -> str | None:
-    hit = await cache_read(gateway.store, answer_key(CompletionRequest(prompt=prompt)))
+    key = answer_key(CompletionRequest(prompt=prompt), scope=SHARED_CACHE)  # route()'s default
+    hit = await cache_read(gateway.store, key)
     return None if hit is None else hit.text
 
 

@@ -693,6 +693,7 @@ class TestControl:
                 "disobey": "",
                 "load_ms": 0,
                 "content_encoding": "",
+                "piece_chars": 0,
                 "tool_models": None,
             }
 

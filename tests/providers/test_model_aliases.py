@@ -186,9 +186,9 @@ def test_an_alias_orders_its_entries_then_the_rest_by_priority_when_it_cascades(
 def test_an_aliass_answers_are_cached_apart_from_the_cascades():
     request = CompletionRequest("hi")
     keys = {
-        answer_key(request),
-        answer_key(request, (("openai-cloud", "gpt-4o"),)),
-        answer_key(request, (("openai-cloud", "gpt-4o-mini"),)),
+        answer_key(request, scope="app:suite"),
+        answer_key(request, (("openai-cloud", "gpt-4o"),), scope="app:suite"),
+        answer_key(request, (("openai-cloud", "gpt-4o-mini"),), scope="app:suite"),
     }
     assert len(keys) == 3
 

@@ -50,6 +50,12 @@ class Command(BaseCommand):
             "agent's backend: a 503 with Retry-After instead).",
         )
         create.add_argument(
+            "--shared-cache",
+            action="store_true",
+            help="Share the answer cache with the other apps that share it (a public FAQ "
+            "widget); without it, the answers cached for the app are served to it alone.",
+        )
+        create.add_argument(
             "--json", action="store_true", help="Print the app and its key as JSON."
         )
         listing = actions.add_parser("list", help="The apps, with their key prefixes.")
@@ -73,6 +79,7 @@ class Command(BaseCommand):
             "accept_cached": StandIn.CACHED in options["stand_ins"],
             "accept_static": StandIn.STATIC in options["stand_ins"],
             "accept_degraded": StandIn.DEGRADED in options["stand_ins"],
+            "shared_answer_cache": options["shared_cache"],
         }
         if options["rpm"] is not None:
             values["requests_per_minute"] = options["rpm"]
@@ -124,6 +131,7 @@ def _row(app: ClientApp) -> dict[str, Any]:
         "allow_high_priority": app.allow_high_priority,
         "can_read_status": app.can_read_status,
         "stand_ins": sorted(app.stand_ins),
+        "shared_answer_cache": app.shared_answer_cache,
     }
 
 
