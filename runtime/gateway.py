@@ -91,12 +91,13 @@ class Gateway:
         self.readings.clear()  # an operator's breaker override among the changes: read afresh
 
     async def aclose(self) -> None:
-        """Shutdown: write what the ledger holds, give the budget room kept for the next calls
-        back, export the last spans, close the provider clients."""
+        """Shutdown: write what the ledger holds, give the budget room and the rate slots kept
+        for the next calls back, export the last spans, close the provider clients."""
         try:
             await self.snapshots.aclose()
             await self.ledger.aclose()
             await self.readings.standing.release_all(self.store)
+            await self.readings.slots.give_back_all(self.store, self.clock.wall())
             if self.tracing is not None:  # the spans still batched go out (bounded)
                 await asyncio.to_thread(self.tracing.shutdown)
         finally:

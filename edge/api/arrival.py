@@ -1,5 +1,5 @@
 """A request's arrival at any door, before anything is routed: its checks in their order
-(method, host, envelope, the caller's key, the body, the caller's admission: `access`), each
+(method, host, envelope, the caller's key and rate limit, the body, what it asks: `access`), each
 refusal in the door's error shape through the one hook that counts and keeps it
 (`turned_away`), JSON errors, and the request's id. What happens next is the pipeline's
 (`edge/api/pipeline.py`).
@@ -17,7 +17,7 @@ import os
 import random
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.conf import settings
@@ -30,7 +30,6 @@ from edge.api.json_body import ApiError
 from edge.api.turned_away import refused
 from gateway.adapters.messages import CompletionRequest
 from gateway.routing.cascade import RouteError, RouteRequest, RouteResult
-from gateway.routing.ports import Runtime
 from gateway.routing.rate_limits import RateTicket
 from gateway.routing.walk import Tier
 from runtime.gateway import Gateway, NotServing, gateway_of
@@ -227,17 +226,6 @@ def unroutable() -> RouteResult:
     )
 
 
-async def caller_admitted(
-    caller: Caller, runtime: Runtime, *, priority: str = "normal", prefer: str = ""
-) -> RateTicket | None | Refusal:
-    """What the caller asks for, then its rate limit (in that order, so a request refused for
-    what it asks is never counted): its place in its rate window, or the refusal."""
-    refusal = permitted(caller, prefer=prefer, priority=priority)
-    if refusal is not None:
-        return refusal
-    return await rate_checked(runtime.ports, caller)
-
-
 @dataclass(frozen=True, slots=True)
 class Arrival:
     gateway: Gateway
@@ -245,6 +233,11 @@ class Arrival:
     parsed: Any
     request: HttpRequest
     body: bytes  # as it arrived (b"" before it is read): a refusal's message masks it
+    rate: RateTicket | None = None  # its place in its caller's rate window (None: no limit)
+
+    def admitted(self, *, priority: str = "normal", prefer: str = "") -> Refusal | None:
+        """What the caller may not ask for of what the body asks (`access.permitted`)."""
+        return permitted(self.caller, prefer=prefer, priority=priority)
 
 
 async def arrived(
@@ -254,8 +247,8 @@ async def arrived(
     *,
     wrong_method_message: str = "",
 ) -> Arrival | JsonAnswer:
-    """A POST's checks in their order (method, host, envelope, the caller's key, the body),
-    or the refusal in the endpoint's error shape (`render`)."""
+    """A POST's checks in their order (method, host, envelope, the caller's key and rate
+    limit, the body), or the refusal in the endpoint's error shape (`render`)."""
     admitted = await _admitted(request, "POST", render, wrong_method_message)
     if not isinstance(admitted, Arrival):
         return admitted
@@ -263,14 +256,14 @@ async def arrived(
     body, parsed = (b"", raw) if isinstance(raw, ApiError) else (raw, parse(raw))
     if isinstance(parsed, ApiError):
         return refused(parsed, render, request, admitted.caller, body)
-    return Arrival(admitted.gateway, admitted.caller, parsed, request, body)
+    return replace(admitted, parsed=parsed, body=body)
 
 
 async def arrived_to_read(
     request: HttpRequest, render: Callable[[ApiError], JsonAnswer] = error_response
 ) -> Arrival | JsonAnswer:
-    """A GET's checks in the same order (method, host, the caller's key; it has no body), or
-    the refusal in the endpoint's error shape."""
+    """A GET's checks in the same order (method, host, the caller's key and rate limit; it has
+    no body), or the refusal in the endpoint's error shape."""
     return await _admitted(request, "GET", render, "")
 
 
@@ -290,4 +283,9 @@ async def _admitted(
     caller = await caller_of(request, gateway)
     if isinstance(caller, Refusal):
         return refused(caller, render, request)
-    return Arrival(gateway, caller, None, request, b"")
+    # Counted before the body is read: the key alone decides, and a request refused at its
+    # limit costs no parsing.
+    ticket = await rate_checked(gateway.ports, caller)
+    if isinstance(ticket, Refusal):
+        return refused(ticket, render, request, caller)
+    return Arrival(gateway, caller, None, request, b"", ticket)

@@ -16,15 +16,15 @@ from typing import Any, Protocol, cast
 
 from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
 
-from edge.api.access import Caller, Refusal
-from edge.api.arrival import Arrival, arrived, caller_admitted, new_request_id, unroutable
+from edge.api.access import Caller
+from edge.api.arrival import Arrival, arrived, new_request_id, unroutable
 from edge.api.json_answer import JsonAnswer
 from edge.api.json_body import ApiError
 from edge.api.models import resolve_model
 from edge.api.turned_away import refused
 from gateway.adapters.errors import ProviderError
 from gateway.adapters.messages import CompletionRequest, Piece, ToolCallDelta
-from gateway.engine.clients import ALL_STAND_INS, StandIn
+from gateway.engine.clients import ALL_STAND_INS, ANONYMOUS_CACHE, StandIn
 from gateway.engine.tracing import REQUEST
 from gateway.routing.cascade import RouteRequest, RouteResult, finish_stream, route
 from gateway.routing.ports import Runtime
@@ -94,14 +94,14 @@ async def routed_by_model(
     choice = resolve_model(caller, await gateway.snapshots.current(), parsed.model)
     if isinstance(choice, ApiError):
         return refused(choice, render, arrival.request, caller, arrival.body)
-    ticket = await caller_admitted(caller, gateway, priority=parsed.priority, prefer=choice.prefer)
-    if isinstance(ticket, Refusal):
-        return refused(ticket, render, arrival.request, caller, arrival.body)
+    refusal = arrival.admitted(priority=parsed.priority, prefer=choice.prefer)
+    if refusal is not None:
+        return refused(refusal, render, arrival.request, caller, arrival.body)
     routed = route_request(
         parsed,
         completion,
         caller,
-        ticket,
+        arrival.rate,
         stream=parsed.stream,
         prefer=choice.prefer,
         group=choice.group,
@@ -230,6 +230,7 @@ def route_request(
         sticky_key=parsed.user,
         rate=rate,
         stand_ins=caller.app.stand_ins if caller.app is not None else ALL_STAND_INS,
+        cache_scope=caller.app.cache_scope if caller.app is not None else ANONYMOUS_CACHE,
         **extra,
     )
 

@@ -65,19 +65,16 @@ class Verdict:
     retry_after_s: int = 0
 
 
-def judge(
-    limits: Limits, counts: dict[str, float], keys: RateKeys, *, extra_requests: float = 0
-) -> Verdict:
-    """Whether one more request fits, given the counters (and `extra_requests` this process
-    has admitted that they don't show yet). A token limit admits while any room is left: a
-    request's tokens are known only once it is answered."""
+def judge(limits: Limits, counts: dict[str, float], keys: RateKeys) -> Verdict:
+    """Whether one more request fits, given the counters. A token limit admits while any room
+    is left: a request's tokens are known only once it is answered."""
     requests = estimate(
         counts.get(keys.requests_prev, 0.0), counts.get(keys.requests_now, 0.0), keys.weight
     )
     tokens = estimate(
         counts.get(keys.tokens_prev, 0.0), counts.get(keys.tokens_now, 0.0), keys.weight
     )
-    if limits.requests_per_minute and requests + extra_requests + 1 > limits.requests_per_minute:
+    if limits.requests_per_minute and requests + 1 > limits.requests_per_minute:
         wait = retry_after(
             counts.get(keys.requests_prev, 0.0),
             counts.get(keys.requests_now, 0.0),

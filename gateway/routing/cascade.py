@@ -25,7 +25,6 @@ from gateway.engine.clients import StandIn
 from gateway.engine.config import ProviderConfig, Snapshot
 from gateway.routing.answer_cache import CachedAnswer, answer_key, cache_read
 from gateway.routing.ports import Ports, Runtime
-from gateway.routing.rate_limits import rate_abandon, rate_settle
 from gateway.routing.result import RouteError, RouteResult
 from gateway.routing.strategies import hedged, in_turn, ordered
 from gateway.routing.streams import PendingStream, finish_reason
@@ -83,14 +82,8 @@ async def finish_stream(
 
 
 async def route(request: RouteRequest, runtime: Runtime) -> RouteResult:
-    try:
-        snapshot = await runtime.snapshots.current()
-        result = await _route(request, snapshot, runtime.ports)
-    except BaseException:
-        rate_abandon(runtime.ports, request.rate)  # a failed walk is not left pending
-        raise
-    if result.pending is None:  # a stream is counted when it is settled
-        await rate_settle(runtime.ports, request.rate)
+    snapshot = await runtime.snapshots.current()
+    result = await _route(request, snapshot, runtime.ports)
     # The ledger keeps the prompt only where the policy says so (the result says not by default).
     return replace(result, store_prompt=True) if snapshot.policy.store_prompts else result
 
@@ -103,7 +96,11 @@ async def _route(request: RouteRequest, snapshot: Snapshot, ports: Ports) -> Rou
         snapshot=snapshot,
         ports=ports,
         deadline=ports.clock.mono() + policy.request_deadline_s,
-        cache_key=answer_key(request.completion, request.group) if use_cache else "",
+        cache_key=(
+            answer_key(request.completion, request.group, scope=request.cache_scope)
+            if use_cache
+            else ""
+        ),
         events=[],
     )
     attempts: list[Attempt] = []

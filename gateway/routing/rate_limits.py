@@ -1,15 +1,13 @@
-"""A caller's requests and tokens per minute, checked before its request is routed and counted
-with the request's own bookkeeping.
+"""A caller's requests and tokens per minute: each request admitted by one atomic decision in
+the shared store, checked as it arrives, and its tokens counted by the record of its call.
 
-Far from a limit, a request is admitted on what this process last heard of the subject's
-counters (a record's reply, at most `Readings.max_age_s` old) plus the requests it has admitted
-since, and it is counted by the record of its call, as spend increments of the window's keys:
-no round trip of its own. Within `margin` of the limit, or with nothing fresh heard, it is
-checked and counted in one atomic store call (`StateStore.rate_take`), so the last requests
-before a limit are exact across processes. What another process admits on its own readings is
-seen with their next reply: across processes a limit can be passed by what they admitted in
-the last `max_age_s` outside the margin, never inside it. With an in-process store every check
-is exact (nothing is ever heard ahead: `max_age_s` is 0).
+A request is admitted on a slot this process holds for its caller (`gateway.routing.rate_slots`:
+a request the record of an earlier call counted ahead, atomically, while the window was far
+from the limit), with no round trip; or else by an atomic check-and-count in the store
+(`StateStore.rate_take`, `rate.judge`'s rule), a round trip of its own. Either way the request
+is in the window before it is routed, in every process's view, so no process admits past a
+limit: what each admits is counted, never estimated. Every request of a limited caller counts,
+whatever becomes of it (refused for its body, served from a stand-in, ended early).
 """
 
 from __future__ import annotations
@@ -18,82 +16,46 @@ from dataclasses import dataclass
 
 from gateway.engine.rate import BUCKET_TTL_S, Limits, RateKeys, Verdict, judge, rate_keys
 from gateway.routing.ports import Ports
-from gateway.state.contract import SpendIncrement
+from gateway.state.contract import SlotTake, SpendIncrement
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class RateTicket:
-    """An admitted request's place in its subject's window."""
+    """An admitted request's place in its subject's window (the request counted already)."""
 
     subject: str
     keys: RateKeys
-    counted: bool  # in the shared counters, or in a record on its way there
-    pending: bool = False  # admitted on what was heard: in `Readings.pending` until recorded
-
-
-def margin(limits: Limits) -> int:
-    """How many requests before the limit every check is exact."""
-    return max(1, limits.requests_per_minute // 10)
+    limits: Limits
 
 
 async def rate_admit(ports: Ports, subject: str, limits: Limits) -> RateTicket | Verdict:
     """A ticket for one more request of `subject`, or the refusal with its Retry-After."""
-    keys = rate_keys(subject, ports.clock.wall())
-    readings = ports.readings
-    heard = readings.values(keys.all, ports.clock.mono())
-    if heard is not None:
-        pending = readings.pending(subject)
-        if judge(limits, heard, keys, extra_requests=pending + margin(limits)).admitted:
-            readings.pending_move(subject, 1)
-            return RateTicket(subject, keys, counted=False, pending=True)
-    # This process's admissions on readings count too: they are in no counter yet.
-    pending = readings.pending(subject)
-    counted, counts = await ports.store.rate_take(keys, limits, ttl_s=BUCKET_TTL_S, pending=pending)
-    readings.note(None, None, counts, ports.clock.mono())
+    now = ports.clock.wall()
+    keys = rate_keys(subject, now)
+    if ports.readings.slots.claim(subject, now):
+        return RateTicket(subject, keys, limits)
+    counted, counts = await ports.store.rate_take(keys, limits, ttl_s=BUCKET_TTL_S)
     if counted:
-        return RateTicket(subject, keys, counted=True)
-    verdict = judge(limits, counts, keys, extra_requests=pending)
+        return RateTicket(subject, keys, limits)
+    verdict = judge(limits, counts, keys)
     return verdict if not verdict.admitted else Verdict(False, "requests", 1)
 
 
 def rate_increments(
-    ticket: RateTicket | None, tokens: int
-) -> tuple[tuple[SpendIncrement, ...], tuple[str, ...]]:
-    """What a record adds to the window (the request, unless counted already, and its tokens)
-    and the keys it reads back for the next admission. The request is counted by the first
-    record that carries it (of a hedged race's two, whichever settles first)."""
+    ports: Ports, ticket: RateTicket | None, tokens: int
+) -> tuple[tuple[SpendIncrement, ...], SlotTake | None]:
+    """What a record adds to the caller's window (its tokens, and the slots this process gives
+    back) and the slot it asks to count ahead for the caller's next request."""
+    slots = ports.readings.slots
+    back = slots.take_stale(ports.clock.wall())
     if ticket is None:
-        return (), ()
-    increments = []
-    if not ticket.counted:
-        ticket.counted = True
-        increments.append(SpendIncrement(ticket.keys.requests_now, 1.0, BUCKET_TTL_S))
-    if tokens:
-        increments.append(SpendIncrement(ticket.keys.tokens_now, float(tokens), BUCKET_TTL_S))
-    return tuple(increments), ticket.keys.all
+        return back, None
+    keys = rate_keys(ticket.subject, ports.clock.wall())
+    increments = (SpendIncrement(keys.tokens_now, float(tokens), BUCKET_TTL_S),) if tokens else ()
+    return increments + back, slots.offer(ticket.subject, keys, ticket.limits)
 
 
-def rate_recorded(ports: Ports, ticket: RateTicket | None) -> None:
-    """A record carrying the request's count has been answered: its reply shows it now."""
-    if ticket is not None and ticket.pending and ticket.counted:
-        ticket.pending = False
-        ports.readings.pending_move(ticket.subject, -1)
-
-
-async def rate_settle(ports: Ports, ticket: RateTicket | None) -> None:
-    """A request that ended with no call recorded (refused, static, cached): count it now."""
-    if ticket is None or ticket.counted:
-        return
-    ticket.counted = True
-    _, counts = await ports.store.rate_take(ticket.keys, Limits(), ttl_s=BUCKET_TTL_S, check=False)
-    ports.readings.note(None, None, counts, ports.clock.mono())
-    rate_recorded(ports, ticket)
-
-
-def rate_abandon(ports: Ports, ticket: RateTicket | None) -> None:
-    """A request whose walk failed before any record (the platform's own error, a cancelled
-    request): it stops counting as pending here. It is not counted in the window either: a
-    request the gateway couldn't route is not the caller's to pay for."""
-    if ticket is not None and ticket.pending:
-        ticket.pending = False
-        ports.readings.pending_move(ticket.subject, -1)
+def rate_slot_taken(ports: Ports, ticket: RateTicket | None, take: SlotTake | None) -> None:
+    """The record counted the slot it asked for: this process holds it for the caller."""
+    if ticket is not None and take is not None:
+        ports.readings.slots.taken(ticket.subject, take, ports.clock.wall())

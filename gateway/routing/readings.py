@@ -16,8 +16,9 @@ breaker (an opening, a close, an operator's override) is seen within `max_age_s`
 the first call whose reply shows it. With an in-process
 store there is no round trip to save, and `max_age_s` is 0.
 
-The rate windows' counters are heard the same way (`gateway.routing.rate_limits`), with the
-requests this process has admitted on them that no reply shows yet.
+The budget room (`gateway.routing.standing`) and the rate slots (`gateway.routing.rate_slots`)
+this process keeps for its next calls live here too, and are given back with a configuration
+change.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gateway.engine.breaker import BreakerState, Mode, State
+from gateway.routing.rate_slots import RateSlots
 from gateway.routing.standing import StandingHolds
 
 
@@ -33,10 +35,10 @@ class Readings:
         self.max_age_s = max_age_s
         self._breakers: dict[str, tuple[BreakerState, float]] = {}
         self._spent: dict[str, tuple[float, float]] = {}
-        # Rate subject -> requests admitted here on what was heard, not yet recorded.
-        self._pending: dict[str, int] = {}
         # Budget room kept for this process's next paid calls (`gateway.routing.standing`).
         self.standing = StandingHolds(enabled=max_age_s > 0)
+        # Requests counted ahead for its limited callers' next ones (`gateway.routing.rate_slots`).
+        self.slots = RateSlots(enabled=max_age_s > 0)
 
     def lookup(
         self, name: str, spend_keys: Iterable[str], now: float
@@ -57,28 +59,6 @@ class Readings:
                 return None
             spent[key] = value[0]
         return state, spent
-
-    def values(self, keys: Iterable[str], now: float) -> dict[str, float] | None:
-        """The counters heard within `max_age_s` of `now`, or None unless every one was."""
-        if self.max_age_s <= 0:
-            return None
-        heard: dict[str, float] = {}
-        for key in keys:
-            value = self._spent.get(key)
-            if value is None or now - value[1] > self.max_age_s:
-                return None
-            heard[key] = value[0]
-        return heard
-
-    def pending(self, subject: str) -> int:
-        return self._pending.get(subject, 0)
-
-    def pending_move(self, subject: str, by: int) -> None:
-        left = self._pending.get(subject, 0) + by
-        if left > 0:
-            self._pending[subject] = left
-        else:
-            self._pending.pop(subject, None)
 
     def note(
         self, name: str | None, state: BreakerState | None, spent: dict[str, float], now: float
@@ -104,3 +84,4 @@ class Readings:
         self._breakers.clear()
         self._spent.clear()
         self.standing.clear()
+        self.slots.clear()

@@ -15,7 +15,7 @@ from gateway.engine.budgets import hold_seconds, usage
 from gateway.engine.config import PolicyConfig
 from gateway.routing.answer_cache import cache_write
 from gateway.routing.ports import Ports
-from gateway.routing.rate_limits import rate_increments, rate_recorded
+from gateway.routing.rate_limits import rate_increments, rate_slot_taken
 from gateway.routing.walk import Attempt, AttemptOutcome, Ticket, Walk
 from gateway.state.contract import RecordCall, Sample, SpendIncrement, Windows
 
@@ -64,7 +64,8 @@ async def settle(
             )
             if amount > 0
         )
-    rate_spend, rate_read = rate_increments(
+    rate_spend, slot = rate_increments(
+        ports,
         walk.request.rate,
         completion.tokens_in + completion.tokens_out if completion is not None else 0,
     )
@@ -97,11 +98,14 @@ async def settle(
             probe_version=state.version if ticket.was_probe else None,
             spend=spend + rate_spend,
             cache=saved,
-            read_spend=(*(key for key, _ in ticket.keys.values()), *rate_read),
+            read_spend=tuple(key for key, _ in ticket.keys.values()),
             release=ticket.release,
             standing=standing,
+            slot=slot,
         )
     )
+    if recorded.slot_taken:
+        rate_slot_taken(ports, walk.request.rate, slot)
     if standing is not None and recorded.standing_taken:
         ports.readings.standing.taken(name, standing, now)
     current, stats = recorded.state, recorded.stats
@@ -109,7 +113,6 @@ async def settle(
     ports.stuck.heard(name, current)
     if error is None and not walk.request.stream:
         ports.stuck.note(name, "answer", latency_s)
-    rate_recorded(ports, walk.request.rate)
     walk.events.extend(
         await breaker_move(
             ports,

@@ -16,7 +16,7 @@ from gateway.adapters.messages import Completion, CompletionRequest
 from gateway.adapters.stream import CompletionStream
 from gateway.engine.breaker import BreakerEvent, BreakerState
 from gateway.engine.budgets import Hold
-from gateway.engine.clients import ALL_STAND_INS, StandIn
+from gateway.engine.clients import ALL_STAND_INS, SHARED_CACHE, StandIn
 from gateway.engine.config import BudgetConfig, PolicyConfig, ProviderConfig, Snapshot
 from gateway.engine.reasons import SkipReason
 from gateway.routing.ports import Ports
@@ -70,9 +70,12 @@ class RouteRequest:
     group: tuple[tuple[str, str], ...] = ()
     then_cascade: bool = True
     sticky_key: str = ""  # the user or session the weighted strategy keeps on one provider
-    rate: RateTicket | None = None  # the caller's place in its rate window, counted with a record
+    rate: RateTicket | None = None  # the caller's place in its window; its tokens go with a record
     # What may stand in when no provider answers (the client app's choice); none: a 503.
     stand_ins: frozenset[StandIn] = ALL_STAND_INS
+    # Whose cached answers it is served and its answer kept with (`ClientConfig.cache_scope`,
+    # or the anonymous callers'): the edge names the caller's.
+    cache_scope: str = SHARED_CACHE
 
 
 @dataclass(slots=True)

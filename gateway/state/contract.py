@@ -117,13 +117,15 @@ class Recorded:
     stats: WindowStats | None  # the window sums, when asked for
     spent: dict[str, float]  # every spend key read or incremented, after the increments
     standing_taken: bool = False  # the `standing` holds asked for were taken
+    slot_taken: bool = False  # the `slot` asked for was counted
 
 
 @dataclass(frozen=True, slots=True)
 class RecordCall:
     """A finished call to count on `name`'s breaker (and what goes in the same step): its spend
     increments, the answer to cache, the spend keys to read back, the call's holds to release,
-    the standing holds to take for this process's next call. `probe_version`: the half-open
+    the standing holds to take for this process's next call, a rate slot to count ahead for its
+    caller's next request. `probe_version`: the half-open
     version that admitted it when it was a probe. `want_stats`: the window sums are needed."""
 
     name: str
@@ -137,6 +139,17 @@ class RecordCall:
     read_spend: tuple[str, ...] = ()
     release: HoldRelease | None = None
     standing: StandingTake | None = None
+    slot: SlotTake | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SlotTake:
+    """One request of a rate subject counted ahead, for this process's next request of it
+    (`gateway.routing.rate_slots`), if the window stays within `caps` with it (`rate.judge`'s
+    rule; a cap of 0 is no cap)."""
+
+    keys: RateKeys
+    caps: Limits
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,15 +261,14 @@ class StateStore(ABC):
         *,
         ttl_s: int,
         check: bool = True,
-        pending: int = 0,
+        amount: int = 1,
     ) -> tuple[bool, dict[str, float]]:
         """Count one request against a subject's rate window if it fits (`rate.judge`'s rule,
         applied atomically: across processes no two requests take the same last slot), or
-        unconditionally with `check=False`. `pending` is what the caller's process has admitted
-        that the counters don't show yet, counted as if they did. Answers whether it was
-        counted and the four counters as they then are. A steady request's count rides on
-        `record` instead, as spend increments of these keys; this is the exact check near a
-        limit."""
+        unconditionally with `check=False` (`amount` -n with it gives n counted requests back).
+        Answers whether it was counted and the four counters as they then are. A steady
+        request is admitted on a slot an earlier one's `record` counted ahead (`SlotTake`);
+        this is the check of every other."""
 
     @abstractmethod
     async def cache_get(self, key: str) -> str | None:

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
 from gateway.engine.breaker import BreakerState, Mode, State, WindowStats
 from gateway.engine.budgets import Hold
 from gateway.engine.health import Health, HealthState, next_health
-from gateway.engine.rate import Limits, RateKeys, judge
+from gateway.engine.rate import BUCKET_TTL_S, Limits, RateKeys, judge
 from gateway.state import histogram
 from gateway.state.contract import (
     RecordCall,
@@ -26,6 +25,7 @@ from gateway.state.contract import (
     summarize,
 )
 from gateway.state.holds import Holds
+from gateway.state.memory_cache import AnswerCache
 from gateway.state.refusal_log import RefusalRing
 
 # One statistics bucket: the fields the Redis store keeps in its bucket hash (contract.py).
@@ -33,59 +33,8 @@ Bucket = dict[str, int]
 
 # A breaker nothing has moved yet: one shared value (frozen), not one made per read.
 NEVER_MOVED = BreakerState()
-
-
 # A provider no check has judged (frozen: one for all).
 NO_VERDICT = HealthState()
-
-
-class AnswerCache:
-    """A least-recently-used map of answers with per-entry expiry, bounded by entry count and by
-    the values' total size in UTF-8 bytes. An entry is only found expired when it is read (or
-    pushed out as least recently used): nothing sweeps in the background.
-
-    One store serves every event loop of the process (the async views' and the threads that
-    `async_to_sync` runs loops in), so each operation holds a lock.
-    """
-
-    def __init__(self, *, max_entries: int, max_bytes: int, clock: Callable[[], float]) -> None:
-        self.max_entries = max_entries
-        self.max_bytes = max_bytes
-        self._clock = clock
-        # key -> (value, expires at on `clock`, size in bytes); the last entry is the newest.
-        self._entries: OrderedDict[str, tuple[str, float, int]] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
-
-    def get(self, key: str) -> str | None:
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is None:
-                return None
-            value, expires_at, _ = entry
-            if self._clock() >= expires_at:
-                self._remove(key)
-                return None
-            self._entries.move_to_end(key)
-            return value
-
-    def put(self, key: str, value: str, ttl_s: int) -> None:
-        size = len(value.encode())
-        with self._lock:
-            if key in self._entries:
-                self._remove(key)
-            # A value that could never fit would only empty the cache on its way through.
-            if ttl_s < 1 or size > self.max_bytes:
-                return
-            self._entries[key] = (value, self._clock() + ttl_s, size)
-            self._bytes += size
-            while len(self._entries) > self.max_entries or self._bytes > self.max_bytes:
-                _, (_, _, evicted) = self._entries.popitem(last=False)
-                self._bytes -= evicted
-
-    def _remove(self, key: str) -> None:
-        _, _, size = self._entries.pop(key)
-        self._bytes -= size
 
 
 class MemoryStore(RefusalRing, StateStore):
@@ -195,6 +144,12 @@ class MemoryStore(RefusalRing, StateStore):
                 expires_at=now + standing.life_s,
             ).refusal
         )
+        slot_taken = (
+            call.slot is not None
+            and (  # counted ahead as a rate check counts one
+                await self.rate_take(call.slot.keys, call.slot.caps, ttl_s=BUCKET_TTL_S)
+            )[0]
+        )
         if cache is not None:
             self._cache.put(cache.key, cache.value, cache.ttl_s)
         stats = None
@@ -202,7 +157,7 @@ class MemoryStore(RefusalRing, StateStore):
             stats = self._stats(buckets, windows, index, windows.bucket(current.closed_at))
         spent = {key: self._counter(key) for key in read_spend}
         spent.update((increment.key, self._spend[increment.key]) for increment in spend)
-        return Recorded(self._with_health(name, current), stats, spent, standing_taken)
+        return Recorded(self._with_health(name, current), stats, spent, standing_taken, slot_taken)
 
     def _stats(
         self, buckets: dict[int, Bucket], windows: Windows, index: int, closed_bucket: int
@@ -324,12 +279,12 @@ class MemoryStore(RefusalRing, StateStore):
         *,
         ttl_s: int,
         check: bool = True,
-        pending: int = 0,
+        amount: int = 1,
     ) -> tuple[bool, dict[str, float]]:
         counts = {key: self._counter(key) for key in keys.all}
-        if check and not judge(limits, counts, keys, extra_requests=pending).admitted:
+        if check and not judge(limits, counts, keys).admitted:
             return False, counts
-        counts[keys.requests_now] = self._count(keys.requests_now, 1.0, ttl_s)
+        counts[keys.requests_now] = self._count(keys.requests_now, float(amount), ttl_s)
         return True, counts
 
     async def cache_get(self, key: str) -> str | None:

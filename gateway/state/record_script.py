@@ -13,10 +13,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.engine.rate import BUCKET_TTL_S
 from gateway.state import histogram
 from gateway.state import redis_scripts as scripts
 from gateway.state.contract import RecordCall
-from gateway.state.redis_scripts import HOLDS_LUA
+from gateway.state.redis_scripts import HOLDS_LUA, RATE_JUDGE_LUA
 
 RECORD_ARGS = (
     "failure", "ok", "slow", "over_p95",  # the call's outcome: each '1' or '0'
@@ -24,6 +25,8 @@ RECORD_ARGS = (
     "bucket_ttl", "probe_version", "want_stats",
     "bucket_prefix", "bucket", "failure_buckets", "p95_buckets", "bucket_s",
     "cache_ttl", "cache_value",  # the answer to cache with its counting (0, '': none)
+    # a rate slot to count ahead ('1' or '0'): the window's weight, its caps, the counter's ttl
+    "slot", "slot_weight", "slot_rpm", "slot_tpm", "slot_ttl",
     "spend_count",  # how many (amount, ttl) pairs follow
 )  # fmt: skip
 _NAMES = frozenset(RECORD_ARGS)
@@ -46,6 +49,7 @@ class ScriptCall:
     def of(cls, call: RecordCall) -> ScriptCall:
         name, sample, now, windows = call.name, call.sample, call.now, call.windows
         spend, cache, release, standing = call.spend, call.cache, call.release, call.standing
+        slot = call.slot
         index = windows.bucket(now)
         longest = max(windows.failure_window_s, windows.p95_window_s)
         # SET with EX refuses a ttl under one second; like `cache_put`, such a write keeps nothing.
@@ -72,6 +76,11 @@ class ScriptCall:
             bucket_s=windows.bucket_s,
             cache_ttl=0 if cache is None else cache.ttl_s,
             cache_value="" if cache is None else cache.value,
+            slot=int(slot is not None),
+            slot_weight=repr(slot.keys.weight) if slot is not None else "0",
+            slot_rpm=slot.caps.requests_per_minute if slot is not None else 0,
+            slot_tpm=slot.caps.tokens_per_minute if slot is not None else 0,
+            slot_ttl=BUCKET_TTL_S,
             spend_count=len(spend),
         )
         for increment in spend:
@@ -97,6 +106,8 @@ class ScriptCall:
         if standing is not None:
             for hold in standing.holds:
                 keys += [f"fo:{hold.key}", *scripts.hold_keys(hold.key)]
+        if slot is not None:
+            keys += [f"fo:{key}" for key in slot.keys.all]
         if cache is not None:
             keys.append(f"fo:{cache.key}")
         return cls(keys, args, (*incremented, *read_only))
@@ -112,15 +123,17 @@ def record_args(**values: Any) -> list[Any]:
 
 # KEYS: breaker, the call's bucket, health, the spend keys to increment, the spend keys to read,
 # the holds to release (each counter's hash and expiry set), the standing holds to take (each
-# counter, its hash and expiry set), then the cache entry's key when there is one (`cache_ttl` >
-# 0). ARGV: the fixed arguments (`RECORD_ARGS`), then from `TAIL` on each spend increment's
-# amount and ttl; the holder and how many holds to release; the standing holder, how many to
-# take, how long they live, and each one's amount, limit and ttl.
+# counter, its hash and expiry set), the rate slot's four counters when one is asked (`slot`),
+# then the cache entry's key when there is one (`cache_ttl` > 0). ARGV: the fixed arguments
+# (`RECORD_ARGS`), then from `TAIL` on each spend increment's amount and ttl; the holder and how
+# many holds to release; the standing holder, how many to take, how long they live, and each
+# one's amount, limit and ttl.
 # A bucket carries the `epoch` of the breaker it counted for (field `e`): `set_mode` moves the
 # breaker's, so the calls counted before it stop counting, and a bucket of an older epoch is
 # emptied before it counts again.
 RECORD = (
     HOLDS_LUA
+    + RATE_JUDGE_LUA
     + _PROLOGUE
     + """
 local b, bk, hk = KEYS[1], KEYS[2], KEYS[3]
@@ -157,12 +170,14 @@ local holder_at = TAIL + 2 * n_spend
 local n_release = tonumber(ARGV[holder_at + 1] or '0')
 local st = holder_at + 2
 local n_standing = tonumber(ARGV[st + 1] or '0')
-local last_read = #KEYS - 2 * n_release - 3 * n_standing
+local n_slot = slot == '1' and 4 or 0
+local last_read = #KEYS - 2 * n_release - 3 * n_standing - n_slot
 if cache_ttl ~= '0' then
   -- the call's answer, cached with its counting: the last key is the cache entry's
   redis.call('SET', KEYS[#KEYS], cache_value, 'EX', tonumber(cache_ttl))
   last_read = last_read - 1
 end
+local slot_at = last_read + 2 * n_release + 3 * n_standing
 local spent = {}
 for i = 1, n_spend do
   local a = TAIL + (i - 1) * 2
@@ -193,6 +208,16 @@ if n_standing > 0 then
       hold_take(KEYS[k + 2], KEYS[k + 3], ARGV[st], ARGV[a], expires, tonumber(ARGV[a + 2]))
     end
     standing_taken = 1
+  end
+end
+-- then one request of the caller counted ahead for this process's next, if the window fits it
+local slot_taken = 0
+if n_slot > 0 then
+  local fits = rate_fits(slot_at, tonumber(slot_weight), tonumber(slot_rpm), tonumber(slot_tpm))
+  if fits then
+    redis.call('INCRBYFLOAT', KEYS[slot_at + 2], 1)
+    redis.call('EXPIRE', KEYS[slot_at + 2], tonumber(slot_ttl))
+    slot_taken = 1
   end
 end
 for i = 4 + n_spend, last_read do
@@ -231,6 +256,6 @@ if want_stats == '1' then
   stats = {c, f, s, pc, p, rc, rp}
 end
 local health = redis.call('HGET', hk, 'status') or ''
-return {redis.call('HGETALL', b), stats, spent, health, standing_taken}
+return {redis.call('HGETALL', b), stats, spent, health, standing_taken, slot_taken}
 """
 )

@@ -89,26 +89,32 @@ end
 return 1
 """
 
-# `rate.judge` in Lua (change both). KEYS: requests previous/current minute, tokens
-# previous/current minute. ARGV: the previous minute's weight, requests and tokens per minute
-# (0: no limit), the counters' ttl, whether to check (0: count regardless), the requests the
-# caller's process admitted that the counters don't show yet.
-RATE_TAKE = """
-local w = tonumber(ARGV[1])
-local rpm, tpm = tonumber(ARGV[2]), tonumber(ARGV[3])
-local v = {}
-for i = 1, 4 do v[i] = tonumber(redis.call('GET', KEYS[i]) or '0') end
-local ok = 1
-if ARGV[5] == '1' then
-  if rpm > 0 and v[1] * w + v[2] + tonumber(ARGV[6]) + 1 > rpm then ok = 0 end
-  if tpm > 0 and v[3] * w + v[4] >= tpm then ok = 0 end
+# `rate.judge` in Lua (change both, and RATE_JUDGE_LUA's use in the record script). KEYS:
+# requests previous/current minute, tokens previous/current minute. ARGV: the previous minute's
+# weight, requests and tokens per minute (0: no limit), the counters' ttl, whether to check (0:
+# count regardless), how many requests to count (negative: given back).
+RATE_JUDGE_LUA = """
+local function rate_fits(k, w, rpm, tpm)
+  local v = {}
+  for i = 1, 4 do v[i] = tonumber(redis.call('GET', KEYS[k + i]) or '0') end
+  local ok = true
+  if rpm > 0 and v[1] * w + v[2] + 1 > rpm then ok = false end
+  if tpm > 0 and v[3] * w + v[4] >= tpm then ok = false end
+  return ok, v
 end
-if ok == 1 then
-  v[2] = tonumber(redis.call('INCRBYFLOAT', KEYS[2], 1))
+"""
+RATE_TAKE = (
+    RATE_JUDGE_LUA
+    + """
+local ok, v = rate_fits(0, tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]))
+if ARGV[5] ~= '1' then ok = true end
+if ok then
+  v[2] = tonumber(redis.call('INCRBYFLOAT', KEYS[2], ARGV[6]))
   redis.call('EXPIRE', KEYS[2], tonumber(ARGV[4]))
 end
-return {ok, tostring(v[1]), tostring(v[2]), tostring(v[3]), tostring(v[4])}
+return {ok and 1 or 0, tostring(v[1]), tostring(v[2]), tostring(v[3]), tostring(v[4])}
 """
+)
 
 # `health.next_health` in Lua (change both): the window is a string of 1s and 0s, newest last;
 # `since` is kept as the caller's own text, so a float never goes through Lua's formatting.

@@ -54,6 +54,8 @@ logger = logging.getLogger(__name__)
 
 # A request must not wait long on bookkeeping: past this, Redis counts as down for the request.
 SOCKET_TIMEOUT_S = 0.5
+# Connections per event loop for the commands that don't go through the pipe.
+POOL_SIZE = 100
 
 
 class RedisStore(StateStore):
@@ -72,12 +74,17 @@ class RedisStore(StateStore):
         loop = asyncio.get_running_loop()
         connection = self._clients.get(loop)
         if connection is None:
-            client = aioredis.Redis.from_url(
+            # A burst waits its turn for a connection (up to the socket timeout) rather than
+            # fail at the pool's size, which would read as Redis being down.
+            pool = aioredis.BlockingConnectionPool.from_url(
                 self.url,
                 decode_responses=True,
                 socket_connect_timeout=self.socket_timeout_s,
                 socket_timeout=self.socket_timeout_s,
+                max_connections=POOL_SIZE,
+                timeout=self.socket_timeout_s,
             )
+            client = aioredis.Redis(connection_pool=pool)
             pipe = (
                 ScriptPipe(self.url, timeout_s=self.socket_timeout_s)
                 if ScriptPipe.usable(self.url)
@@ -114,14 +121,16 @@ class RedisStore(StateStore):
 
     async def record(self, call: RecordCall) -> Recorded:
         script = ScriptCall.of(call)
-        raw_state, raw_stats, raw_spent, status, taken = await _recorded(self._client(), script)
+        raw_state, raw_stats, raw_spent, status, taken, slot = await _recorded(
+            self._client(), script
+        )
         stats = WindowStats(*(int(v) for v in raw_stats)) if raw_stats else None
         state = scripts.state_from_hash(raw_state)
         if status:
             state = replace(state, health=Health(status))
         # An increment of a key named twice: the later value is the one after both.
         spent = {key: float(value) for key, value in zip(script.spend_keys, raw_spent, strict=True)}
-        return Recorded(state, stats, spent, bool(taken))
+        return Recorded(state, stats, spent, bool(taken), bool(slot))
 
     async def transition(self, name: str, expected_version: int, new: BreakerState) -> bool:
         new_pairs = scripts.state_to_pairs(_with_version(new, expected_version + 1))
@@ -229,17 +238,20 @@ class RedisStore(StateStore):
         *,
         ttl_s: int,
         check: bool = True,
-        pending: int = 0,
+        amount: int = 1,
     ) -> tuple[bool, dict[str, float]]:
-        ok, *values = await self._client().rate_take(
-            keys=[f"fo:{key}" for key in keys.all],
-            args=[
+        connection = self._client()
+        ok, *values = await _scripted(
+            connection,
+            connection.rate_take,
+            [f"fo:{key}" for key in keys.all],
+            [
                 repr(keys.weight),
                 limits.requests_per_minute,
                 limits.tokens_per_minute,
                 ttl_s,
                 int(check),
-                pending,
+                amount,
             ],
         )
         return bool(ok), {key: float(value) for key, value in zip(keys.all, values, strict=True)}
@@ -337,13 +349,18 @@ def _with_version(state: BreakerState, version: int) -> BreakerState:
 
 
 async def _recorded(connection: Connection, script: ScriptCall) -> Any:
-    """The record script's reply: through the pipe where there is one; through redis-py's
-    script object where there is none, or where Redis doesn't have the script (NOSCRIPT, after a
-    restart or a SCRIPT FLUSH), which loads it for the calls after."""
+    return await _scripted(connection, connection.record, script.keys, script.args)
+
+
+async def _scripted(connection: Connection, script: Any, keys: list[str], args: list[Any]) -> Any:
+    """A script's reply: through the pipe where there is one (a request's own calls: the record,
+    the rate check); through redis-py's script object where there is none, or where Redis
+    doesn't have the script (NOSCRIPT, after a restart or a SCRIPT FLUSH), which loads it for
+    the calls after."""
     if connection.pipe is not None:
         try:
-            return await connection.pipe.evalsha(connection.record.sha, script.keys, script.args)
+            return await connection.pipe.evalsha(script.sha, keys, args)
         except redis.ResponseError as exc:
             if not str(exc).startswith("NOSCRIPT"):
                 raise
-    return await connection.record(keys=script.keys, args=script.args)
+    return await script(keys=keys, args=args)

@@ -105,10 +105,10 @@ class ResilientStore(StateStore):
 
     async def record(self, call: RecordCall) -> Recorded:
         result = await self._call(lambda store: store.record(call))
-        if self._down_since is not None and result.standing_taken:
+        if self._down_since is not None and (result.standing_taken or result.slot_taken):
             # Taken in this process's memory, not in Redis: a call that claimed it once Redis
-            # is back would run on room nobody else sees held.
-            result = replace(result, standing_taken=False)
+            # is back would run on room nobody else sees held (or counted).
+            result = replace(result, standing_taken=False, slot_taken=False)
         return result
 
     async def transition(self, name: str, expected_version: int, new: BreakerState) -> bool:
@@ -162,10 +162,10 @@ class ResilientStore(StateStore):
         *,
         ttl_s: int,
         check: bool = True,
-        pending: int = 0,
+        amount: int = 1,
     ) -> tuple[bool, dict[str, float]]:
         return await self._call(
-            lambda store: store.rate_take(keys, limits, ttl_s=ttl_s, check=check, pending=pending)
+            lambda store: store.rate_take(keys, limits, ttl_s=ttl_s, check=check, amount=amount)
         )
 
     async def cache_get(self, key: str) -> str | None:

@@ -10,12 +10,10 @@ from typing import Any
 
 from django.http import HttpRequest
 
-from edge.api.access import Refusal
-from edge.api.arrival import Arrival, arrived, caller_admitted, error_response, json_errors
+from edge.api.arrival import Arrival, arrived, error_response, json_errors
 from edge.api.complete.request import parse_complete
 from edge.api.fields import JsonSchema
 from edge.api.json_answer import JsonAnswer
-from edge.api.json_body import ApiError
 from edge.api.pipeline import TIERS, failover_headers, route_request, route_safely
 from edge.api.turned_away import refused
 from gateway.adapters.messages import CompletionRequest
@@ -50,11 +48,6 @@ ANSWER_SCHEMA: JsonSchema = {
 
 
 @json_errors
-async def not_found(request: HttpRequest) -> JsonAnswer:
-    return error_response(ApiError(404, "not_found", f"No endpoint at {request.path}."))
-
-
-@json_errors
 async def complete(request: HttpRequest) -> JsonAnswer:
     started = time.perf_counter()
     arrival = await arrived(
@@ -63,9 +56,9 @@ async def complete(request: HttpRequest) -> JsonAnswer:
     if not isinstance(arrival, Arrival):
         return arrival
     gateway, caller, parsed = arrival.gateway, arrival.caller, arrival.parsed
-    ticket = await caller_admitted(caller, gateway, priority=parsed.priority)
-    if isinstance(ticket, Refusal):
-        return refused(ticket, error_response, request, caller, arrival.body)
+    refusal = arrival.admitted(priority=parsed.priority)
+    if refusal is not None:
+        return refused(refusal, error_response, request, caller, arrival.body)
 
     routed = route_request(
         parsed,
@@ -76,7 +69,7 @@ async def complete(request: HttpRequest) -> JsonAnswer:
             temperature=parsed.temperature,
         ),
         caller,
-        ticket,
+        arrival.rate,
     )
     request_id = routed.request_id
     result = await route_safely(routed, gateway)

@@ -19,8 +19,6 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponseBase
 
-from edge.api.access import Refusal
-from edge.api.arrival import caller_admitted
 from edge.api.fields import JsonSchema
 from edge.api.json_answer import JsonAnswer
 from edge.api.json_body import ApiError
@@ -51,9 +49,9 @@ async def embeddings(request: HttpRequest) -> HttpResponseBase:
     choice = resolve_model(caller, snapshot, parsed.model, Purpose.EMBED)
     if isinstance(choice, ApiError):
         return refused(choice, openai_error, request, caller, arrival.body)
-    ticket = await caller_admitted(caller, gateway, priority=parsed.priority)
-    if isinstance(ticket, Refusal):
-        return refused(ticket, openai_error, request, caller, arrival.body)
+    refusal = arrival.admitted(priority=parsed.priority)
+    if refusal is not None:
+        return refused(refusal, openai_error, request, caller, arrival.body)
     routed = route_request(
         parsed,
         CompletionRequest(
@@ -63,7 +61,7 @@ async def embeddings(request: HttpRequest) -> HttpResponseBase:
             options=(("user", parsed.user),) if parsed.user else (),
         ),
         caller,
-        ticket,
+        arrival.rate,
         group=choice.group,
         then_cascade=choice.then_cascade,
     )

@@ -1,0 +1,111 @@
+# ruff: noqa: F811 - the routing fixtures (tests/providers/conftest.py), imported by name
+"""A client app's requests-per-minute limit as production serves it: uvicorn with 1, 2 and 4
+workers on PostgreSQL and Redis, 100 concurrent requests of a fresh app limited to 20 a minute
+on each door, exactly 20 admitted, whichever worker took each."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+from asgiref.sync import sync_to_async
+from django.conf import settings
+
+from devtools.ports import free_port
+from tests.conftest import child_process_env
+from tests.factories import make_client_app
+from tests.providers.conftest import (  # noqa: F401 - the routing fixtures
+    primary,
+    providers_configured,
+    secondary,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+LIMIT = 20
+CONCURRENT = 100
+
+pytestmark = [pytest.mark.services, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+CHAT = [{"role": "user", "content": "Hi."}]
+DOORS = {
+    "complete": ("POST", "/api/v1/complete", {"prompt": "Hi."}),
+    "chat": ("POST", "/v1/chat/completions", {"model": "auto", "messages": CHAT}),
+    "chat-stream": (
+        "POST",
+        "/v1/chat/completions",
+        {"model": "auto", "messages": CHAT, "stream": True},
+    ),
+    "messages": ("POST", "/v1/messages", {"model": "auto", "max_tokens": 50, "messages": CHAT}),
+    "responses": ("POST", "/v1/responses", {"model": "auto", "input": "Hi."}),
+    "embeddings": ("POST", "/v1/embeddings", {"model": "auto", "input": "Hi."}),
+    "count_tokens": ("POST", "/v1/messages/count_tokens", {"model": "auto", "messages": CHAT}),
+    "models": ("GET", "/v1/models", None),
+}
+
+
+@pytest.mark.parametrize("workers", [1, 2, 4])
+async def test_a_limit_of_20_admits_exactly_20_of_100_concurrent_requests_on_every_door(
+    providers_configured, primary, tmp_path, workers
+):
+    redis.Redis.from_url(settings.REDIS_URL).flushdb()
+    primary.set_fault(embedding_models=["nomic-embed-text"])
+    local = providers_configured["primary"]
+    local.embedding_models = "nomic-embed-text"
+    await sync_to_async(local.save)()
+    keys = {}
+    for n, door in enumerate(DOORS):
+        key = f"fgw_r{workers}{n:02d}-{door}".ljust(47, "0")
+        await sync_to_async(make_client_app)(key=key, requests_per_minute=LIMIT)
+        keys[door] = key
+    url, process = await asyncio.to_thread(_serve, tmp_path, workers)
+    try:
+        limits = httpx.Limits(max_connections=CONCURRENT, max_keepalive_connections=0)
+        async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as http:
+            for door, (method, path, body) in DOORS.items():
+                headers = {"Authorization": f"Bearer {keys[door]}"}
+                answers = await asyncio.gather(
+                    *(
+                        http.request(method, path, json=body, headers=headers)
+                        for _ in range(CONCURRENT)
+                    )
+                )
+                statuses = sorted(answer.status_code for answer in answers)
+                served = [a for a in answers if a.status_code == 200]
+                odd = [a.text[:300] for a in answers if a.status_code not in (200, 429)][:1]
+                assert statuses == [200] * LIMIT + [429] * (CONCURRENT - LIMIT), (door, odd)
+                assert all(a.headers.get("Retry-After") for a in answers if a not in served)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        redis.Redis.from_url(settings.REDIS_URL).flushdb()
+
+
+def _serve(tmp_path: Path, workers: int) -> tuple[str, subprocess.Popen]:
+    port = free_port()
+    log_path = tmp_path / f"uvicorn-{port}.log"
+    env = child_process_env(tmp_path / "data")
+    with log_path.open("w") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "failover_site.asgi:application",
+             "--host", "127.0.0.1", "--port", str(port), "--lifespan", "on",
+             "--workers", str(workers), "--no-proxy-headers",
+             "--loop", "failover_site.event_loop:new_event_loop"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    while True:
+        assert process.poll() is None, log_path.read_text()
+        try:
+            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                return url, process
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline, log_path.read_text()
+        time.sleep(0.2)
