@@ -54,8 +54,11 @@ logger = logging.getLogger(__name__)
 
 # A request must not wait long on bookkeeping: past this, Redis counts as down for the request.
 SOCKET_TIMEOUT_S = 0.5
-# Connections per event loop for the commands that don't go through the pipe.
-POOL_SIZE = 100
+# Connections per event loop for the commands that don't go through the pipe: redis-py's
+# default of 100 is met by a burst of a hundred requests (each refused one notes its refusal),
+# and a command past it fails as if Redis were down. (A pool that waits for a connection
+# instead wraps the wait in a timeout that can swallow a task's cancellation.)
+POOL_SIZE = 1000
 
 
 class RedisStore(StateStore):
@@ -74,17 +77,13 @@ class RedisStore(StateStore):
         loop = asyncio.get_running_loop()
         connection = self._clients.get(loop)
         if connection is None:
-            # A burst waits its turn for a connection (up to the socket timeout) rather than
-            # fail at the pool's size, which would read as Redis being down.
-            pool = aioredis.BlockingConnectionPool.from_url(
+            client = aioredis.Redis.from_url(
                 self.url,
                 decode_responses=True,
                 socket_connect_timeout=self.socket_timeout_s,
                 socket_timeout=self.socket_timeout_s,
                 max_connections=POOL_SIZE,
-                timeout=self.socket_timeout_s,
             )
-            client = aioredis.Redis(connection_pool=pool)
             pipe = (
                 ScriptPipe(self.url, timeout_s=self.socket_timeout_s)
                 if ScriptPipe.usable(self.url)
