@@ -342,10 +342,12 @@ async def _settle(
     latency_s: float,
 ) -> AttemptResult:
     name = ticket.provider.name
+    whole = True  # the answer as the provider gave it all, to keep in the cache
     if stream is not None and ticket.hedged:
-        # Nobody reads it: closed, and counted as the good call it was.
+        # Nobody reads it: closed, and counted as the good call it was (its first piece is
+        # no answer to keep).
         await stream.aclose()
-        completion, stream = stream.completion(latency_s * 1000), None
+        completion, stream, whole = stream.completion(latency_s * 1000), None, False
     if stream is not None:
         problem = first_piece_problem(request, stream.first)
         if not problem:  # settled when it ends (finish_stream)
@@ -367,5 +369,5 @@ async def _settle(
         problem = answer_problem(request, completion) if error is None else ""
         if problem:
             error = ProviderError(ErrorClass.NON_COMPLIANT, problem)
-    attempt, cost = await settle(walk, ticket, completion, error, latency_s, cache=True)
+    attempt, cost = await settle(walk, ticket, completion, error, latency_s, cache=whole)
     return AttemptResult(attempt, None if error is not None else completion, error=error, cost=cost)

@@ -9,6 +9,7 @@ import time
 
 from gateway.engine.breaker import BreakerState, State
 from gateway.routing.breaker_watch import MIN_SAMPLES
+from gateway.routing.settling import windows
 from tests.providers.conftest import ask, ledger_rows, update_policy, update_provider
 
 BOUND_S = 0.3
@@ -138,3 +139,30 @@ async def test_a_wedged_model_is_counted_where_a_loading_one_is_not(
         return state.state == State.OPEN
 
     await until(opened, within_s=2.0)
+
+
+async def test_a_hedged_streams_late_first_piece_is_never_cached_as_the_answer(
+    api, gateway, primary, secondary
+):
+    # The hedged stream is closed after its first piece: that piece is no answer to keep, and
+    # must not replace the whole one the next provider streamed.
+    await update_policy(gateway, first_byte_bound_s=BOUND_S)
+    primary.set_fault(mode="slow", delay_ms=700, text="The primary's answer, cut short.")
+    secondary.set_fault(text="The whole answer from the cloud.")
+    chat = {"model": "auto", "messages": [{"role": "user", "content": "Say hello."}]}
+    streamed = await api.post("/v1/chat/completions", json={**chat, "stream": True})
+    assert streamed.headers["X-Failover-Tier"] == "secondary"
+
+    async def recorded() -> bool:  # the hedged call, settled alone once its stream came
+        policy = (await gateway.snapshots.current()).policy
+        read = await gateway.store.status_read(
+            ["ollama-local"], windows=windows(policy), now=gateway.clock.wall()
+        )
+        return read.summaries["ollama-local"].calls >= 1
+
+    await until(recorded, within_s=5.0)
+    primary.set_fault(mode="error", status=500)
+    secondary.set_fault(mode="error", status=500)
+    cached = await api.post("/v1/chat/completions", json=chat)
+    assert cached.headers["X-Failover-Tier"] == "cache"
+    assert cached.json()["choices"][0]["message"]["content"] == "The whole answer from the cloud."
