@@ -1,5 +1,6 @@
-"""The browser's front door: `GET /`, what is running and where to go from here, and
-`GET /docs/api/`, the OpenAPI document as readable HTML.
+"""The browser's front door: `GET /`, what is running and where to go from here,
+`GET /docs/api/`, the OpenAPI document as readable HTML, and `GET /favicon.ico`, the icon every
+page names (for a client that asks the old place anyway).
 
 Both are served by the full stack (outside /api/ and /v1/, so the pages' Content-Security-Policy
 applies: one stylesheet from this origin, no script) and run no SQL. The front page says the
@@ -16,9 +17,10 @@ from importlib import metadata
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.template.loader import render_to_string
+from django.templatetags.static import static
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_safe
 
@@ -98,3 +100,9 @@ async def api_reference(request: HttpRequest) -> HttpResponse:
     # Off the event loop: the first request renders the page, and the requests in flight on
     # this process's loop must not wait for it.
     return HttpResponse(await sync_to_async(reference_page, thread_sensitive=False)())
+
+
+@csrf_exempt
+@require_safe
+async def favicon(request: HttpRequest) -> HttpResponse:
+    return HttpResponseRedirect(static("favicon.svg"))

@@ -15,6 +15,7 @@ urlpatterns = [
     # The browser's front door and the API reference: pages, outside /api/ and /v1/.
     path("", front_door.index, name="front-door"),
     path("docs/api/", front_door.api_reference, name="api-reference"),
+    path("favicon.ico", front_door.favicon, name="favicon"),
     path("healthz", probes.healthz, name="healthz"),
     path("readyz", probes.readyz, name="readyz"),
     path("metrics", metrics_scrape.metrics, name="metrics"),

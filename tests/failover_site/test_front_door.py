@@ -186,9 +186,9 @@ def test_the_mode_is_read_from_the_settings(settings):
 async def test_the_front_page_links_the_admin_the_api_the_probes_and_the_metrics(pages):
     page = parse((await pages.get("/")).text)
     assert hrefs(page) >= LINKED
-    stylesheets = [e.attrs["href"] for e in page.descendants() if e.tag == "link"]
-    assert stylesheets == [static("front/front.css")]
-    assert finders.find("front/front.css") is not None
+    links = {e.attrs["rel"]: e.attrs["href"] for e in page.descendants() if e.tag == "link"}
+    assert links == {"stylesheet": static("front/front.css"), "icon": static("favicon.svg")}
+    assert finders.find("front/front.css") is not None and finders.find("favicon.svg") is not None
 
 
 async def test_every_link_on_the_front_page_answers(platform, settings):
@@ -204,10 +204,15 @@ async def test_every_link_on_the_front_page_answers(platform, settings):
             assert response.headers["Location"] == "/admin/login/?next=/admin/"
         else:
             assert response.status_code == 200, (href, response.text[:300])
+    # A browser that asks the old place for the icon is sent to the one the pages name.
+    icon = await platform.get("/favicon.ico")
+    assert icon.status_code == 302 and icon.headers["Location"] == static("favicon.svg")
     if settings.SERVE_STATIC:
         stylesheet = await platform.get(static("front/front.css"))
         assert stylesheet.status_code == 200
         assert stylesheet.headers["Content-Type"].startswith("text/css")
+        svg = await platform.get(static("favicon.svg"))
+        assert svg.status_code == 200 and svg.headers["Content-Type"] == "image/svg+xml"
 
 
 @pure
