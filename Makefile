@@ -36,14 +36,22 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
+# What serving needs: the project and its runtime dependencies, nothing of the development tools.
+$(VENV)/.served: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	@touch $@
+
+# The development tools too (the suite, the linters, the SDKs and browsers it drives): for
+# `make test` and `make check`.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
-	@touch $@
+	@touch $@ $(VENV)/.served
 
 install: $(VENV)/.installed
 
-## run: install, migrate, load the 50 answers and the demo set-up, and serve on HOST:PORT
-run: $(VENV)/.installed
+## run: install what serving needs, migrate, load the 50 answers and the demo set-up, and serve
+## on HOST:PORT
+run: $(VENV)/.served
 # /metrics in multi-process mode (PROMETHEUS_MULTIPROC_DIR set): earlier processes' files go first.
 	@if [ -n "$$PROMETHEUS_MULTIPROC_DIR" ]; then mkdir -p "$$PROMETHEUS_MULTIPROC_DIR" && \
 		find "$$PROMETHEUS_MULTIPROC_DIR" -maxdepth 1 -name '*.db' -delete; fi
