@@ -12,13 +12,19 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import subprocess
+import sys
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
 from typing import Any
 
+import httpx
 from asgiref.sync import async_to_sync
 from django.test import AsyncClient
 
+from devtools.ports import free_port
 from runtime.gateway import STATE_KEY, Gateway
 from runtime.wiring import config_changes_to
 
@@ -133,3 +139,33 @@ async def lifespan_run(
             await messages.put({"type": "lifespan.shutdown"})
         await asyncio.wait_for(lifespan, 10)
         gc.unfreeze()  # the start-up froze this test process's objects
+
+
+def uvicorn_serving(
+    env: dict[str, str], log_dir: Path, *, workers: int = 1, ready: str = "/healthz"
+) -> tuple[str, subprocess.Popen]:
+    """The platform served by uvicorn as production runs it (`workers` processes), in a child
+    process with `env`, its output in `log_dir`: its URL once `ready` answers 200, and the
+    process (the test terminates it)."""
+    port = free_port()
+    log_path = log_dir / f"uvicorn-{port}.log"
+    with log_path.open("w") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "failover_site.asgi:application",
+             "--host", "127.0.0.1", "--port", str(port), "--lifespan", "on",
+             "--workers", str(workers), "--no-proxy-headers",
+             "--loop", "failover_site.event_loop:new_event_loop"],
+            cwd=Path(__file__).resolve().parents[1], env=env, stdout=log,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    while True:
+        assert process.poll() is None, log_path.read_text()
+        try:
+            if httpx.get(f"{url}{ready}", timeout=2).status_code == 200:
+                return url, process
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline, log_path.read_text()
+        time.sleep(0.1)

@@ -8,7 +8,6 @@ import asyncio
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -16,7 +15,6 @@ import pytest
 import redis
 from django.conf import settings
 
-from devtools.ports import free_port
 from tests.conftest import child_process_env
 from tests.factories import AUTH
 from tests.failover_site.test_metrics import (
@@ -35,6 +33,7 @@ from tests.providers.conftest import (  # noqa: F401 - the routing fixtures
     providers_configured,
     secondary,
 )
+from tests.serving import uvicorn_serving
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -105,7 +104,7 @@ async def test_two_serving_processes_on_one_directory_report_the_same_totals(
     processes, urls = [], []
     try:
         for _ in range(2):
-            url, process = await asyncio.to_thread(_serve, env, tmp_path)
+            url, process = await asyncio.to_thread(uvicorn_serving, env, tmp_path)
             processes.append(process)
             urls.append(url)
         async with httpx.AsyncClient(timeout=15, headers=AUTH) as http:
@@ -126,25 +125,3 @@ async def test_two_serving_processes_on_one_directory_report_the_same_totals(
         for process in processes:
             process.wait(timeout=20)
         redis.Redis.from_url(settings.REDIS_URL).flushdb()
-
-
-def _serve(env: dict[str, str], tmp_path: Path) -> tuple[str, subprocess.Popen]:
-    port = free_port()
-    log = (tmp_path / f"uvicorn-{port}.log").open("w")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "failover_site.asgi:application",
-         "--host", "127.0.0.1", "--port", str(port), "--lifespan", "on",
-         "--loop", "failover_site.event_loop:new_event_loop"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        assert process.poll() is None, (tmp_path / f"uvicorn-{port}.log").read_text()
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                return url, process
-        except httpx.TransportError:
-            pass
-        assert time.monotonic() < deadline, "a serving process did not start"
-        time.sleep(0.1)

@@ -6,10 +6,6 @@ on each door, exactly 20 admitted, whichever worker took each."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import httpx
 import pytest
@@ -17,7 +13,6 @@ import redis
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
-from devtools.ports import free_port
 from tests.conftest import child_process_env
 from tests.factories import make_client_app
 from tests.providers.conftest import (  # noqa: F401 - the routing fixtures
@@ -25,8 +20,8 @@ from tests.providers.conftest import (  # noqa: F401 - the routing fixtures
     providers_configured,
     secondary,
 )
+from tests.serving import uvicorn_serving
 
-ROOT = Path(__file__).resolve().parents[2]
 LIMIT = 20
 CONCURRENT = 100
 
@@ -63,7 +58,10 @@ async def test_a_limit_of_20_admits_exactly_20_of_100_concurrent_requests_on_eve
         key = f"fgw_r{workers}{n:02d}-{door}".ljust(47, "0")
         await sync_to_async(make_client_app)(key=key, requests_per_minute=LIMIT)
         keys[door] = key
-    url, process = await asyncio.to_thread(_serve, tmp_path, workers)
+    env = child_process_env(tmp_path / "data")
+    url, process = await asyncio.to_thread(
+        uvicorn_serving, env, tmp_path, workers=workers, ready="/readyz"
+    )
     try:
         limits = httpx.Limits(max_connections=CONCURRENT, max_keepalive_connections=0)
         async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as http:
@@ -84,28 +82,3 @@ async def test_a_limit_of_20_admits_exactly_20_of_100_concurrent_requests_on_eve
         process.terminate()
         process.wait(timeout=30)
         redis.Redis.from_url(settings.REDIS_URL).flushdb()
-
-
-def _serve(tmp_path: Path, workers: int) -> tuple[str, subprocess.Popen]:
-    port = free_port()
-    log_path = tmp_path / f"uvicorn-{port}.log"
-    env = child_process_env(tmp_path / "data")
-    with log_path.open("w") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "failover_site.asgi:application",
-             "--host", "127.0.0.1", "--port", str(port), "--lifespan", "on",
-             "--workers", str(workers), "--no-proxy-headers",
-             "--loop", "failover_site.event_loop:new_event_loop"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    while True:
-        assert process.poll() is None, log_path.read_text()
-        try:
-            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                return url, process
-        except httpx.TransportError:
-            pass
-        assert time.monotonic() < deadline, log_path.read_text()
-        time.sleep(0.2)
