@@ -235,7 +235,7 @@ class Arrival:
     body: bytes  # as it arrived (b"" before it is read): a refusal's message masks it
     rate: RateTicket | None = None  # its place in its caller's rate window (None: no limit)
 
-    def admitted(self, *, priority: str = "normal", prefer: str = "") -> Refusal | None:
+    def forbidden(self, *, priority: str = "normal", prefer: str = "") -> Refusal | None:
         """What the caller may not ask for of what the body asks (`access.permitted`)."""
         return permitted(self.caller, prefer=prefer, priority=priority)
 

@@ -94,7 +94,7 @@ async def routed_by_model(
     choice = resolve_model(caller, await gateway.snapshots.current(), parsed.model)
     if isinstance(choice, ApiError):
         return refused(choice, render, arrival.request, caller, arrival.body)
-    refusal = arrival.admitted(priority=parsed.priority, prefer=choice.prefer)
+    refusal = arrival.forbidden(priority=parsed.priority, prefer=choice.prefer)
     if refusal is not None:
         return refused(refusal, render, arrival.request, caller, arrival.body)
     routed = route_request(

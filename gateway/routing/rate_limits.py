@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway.engine.rate import BUCKET_TTL_S, Limits, RateKeys, Verdict, judge, rate_keys
+from gateway.engine.rate import BUCKET_TTL_S, Limits, Verdict, judge, rate_keys
 from gateway.routing.ports import Ports
 from gateway.state.contract import SlotTake, SpendIncrement
 
@@ -24,19 +24,18 @@ class RateTicket:
     """An admitted request's place in its subject's window (the request counted already)."""
 
     subject: str
-    keys: RateKeys
     limits: Limits
 
 
 async def rate_admit(ports: Ports, subject: str, limits: Limits) -> RateTicket | Verdict:
     """A ticket for one more request of `subject`, or the refusal with its Retry-After."""
     now = ports.clock.wall()
-    keys = rate_keys(subject, now)
     if ports.readings.slots.claim(subject, now):
-        return RateTicket(subject, keys, limits)
+        return RateTicket(subject, limits)
+    keys = rate_keys(subject, now)
     counted, counts = await ports.store.rate_take(keys, limits, ttl_s=BUCKET_TTL_S)
     if counted:
-        return RateTicket(subject, keys, limits)
+        return RateTicket(subject, limits)
     verdict = judge(limits, counts, keys)
     return verdict if not verdict.admitted else Verdict(False, "requests", 1)
 
@@ -46,11 +45,11 @@ def rate_increments(
 ) -> tuple[tuple[SpendIncrement, ...], SlotTake | None]:
     """What a record adds to the caller's window (its tokens, and the slots this process gives
     back) and the slot it asks to count ahead for the caller's next request."""
-    slots = ports.readings.slots
-    back = slots.take_stale(ports.clock.wall())
+    slots, now = ports.readings.slots, ports.clock.wall()
+    back = slots.take_stale(now)
     if ticket is None:
         return back, None
-    keys = rate_keys(ticket.subject, ports.clock.wall())
+    keys = rate_keys(ticket.subject, now)
     increments = (SpendIncrement(keys.tokens_now, float(tokens), BUCKET_TTL_S),) if tokens else ()
     return increments + back, slots.offer(ticket.subject, keys, ticket.limits)
 

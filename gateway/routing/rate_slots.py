@@ -22,10 +22,9 @@ round trip to spare, and no slot.
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 
-from gateway.engine.rate import BUCKET_TTL_S, WINDOW_S, Limits, RateKeys, rate_keys
+from gateway.engine.rate import BUCKET_TTL_S, WINDOW_S, Limits, RateKeys
 from gateway.state.contract import SlotTake, SpendIncrement, StateStore
 
 # The share of a limit up to which slots are counted ahead.
@@ -40,7 +39,7 @@ TRUSTED_S = 2.0
 
 @dataclass(frozen=True, slots=True)
 class Slot:
-    counter: str  # the requests counter of the minute it was counted in
+    keys: RateKeys  # the window it was counted in (its current minute's requests counter)
     minute: int
     trusted_until: float  # wall time
 
@@ -76,20 +75,17 @@ class RateSlots:
     def taken(self, subject: str, take: SlotTake, now: float) -> None:
         """The store counted `take` at `now` (wall time)."""
         minute = int(now // WINDOW_S)
-        slot = Slot(take.keys.requests_now, minute, now + TRUSTED_S)
+        slot = Slot(take.keys, minute, now + TRUSTED_S)
         self._pools.setdefault(subject, []).append(slot)
         self._next_lapse = min(self._next_lapse, slot.trusted_until)
 
     def take_stale(self, now: float) -> tuple[SpendIncrement, ...]:
         """The counts of the slots set aside, as increments that take them back off: only those
         of a minute the window still reads (an older one no longer counts)."""
-        self._sweep(now)
-        if not self._stale:
-            return ()
-        current = int(now // WINDOW_S)
-        stale, self._stale = self._stale, []
-        back = Counter(slot.counter for slot in stale if slot.minute >= current - 1)
-        return tuple(SpendIncrement(key, -float(n), BUCKET_TTL_S) for key, n in back.items())
+        return tuple(
+            SpendIncrement(keys.requests_now, -float(n), BUCKET_TTL_S)
+            for keys, n in self._stale_counts(now)
+        )
 
     def clear(self) -> None:
         """A configuration change: the limits may have moved. Every slot is given back."""
@@ -101,12 +97,23 @@ class RateSlots:
     async def give_back_all(self, store: StateStore, now: float) -> None:
         """Give every slot back (a stopping process)."""
         self.clear()
-        for increment in self.take_stale(now):
-            subject_keys = _keys_of(increment.key)
-            await store.rate_take(
-                subject_keys, Limits(), ttl_s=BUCKET_TTL_S, check=False,
-                amount=int(increment.amount),
-            )  # fmt: skip
+        for keys, n in self._stale_counts(now):
+            await store.rate_take(keys, Limits(), ttl_s=BUCKET_TTL_S, check=False, amount=-n)
+
+    def _stale_counts(self, now: float) -> list[tuple[RateKeys, int]]:
+        """The slots set aside, taken out and counted by the minute they went into (one the
+        window still reads: the current minute or the one before), with that minute's keys."""
+        self._sweep(now)
+        if not self._stale:
+            return []
+        current = int(now // WINDOW_S)
+        stale, self._stale = self._stale, []
+        counts: dict[str, tuple[RateKeys, int]] = {}
+        for slot in stale:
+            if slot.minute >= current - 1:
+                keys, n = counts.get(slot.keys.requests_now, (slot.keys, 0))
+                counts[slot.keys.requests_now] = (keys, n + 1)
+        return list(counts.values())
 
     def _sweep(self, now: float) -> None:
         """Every slot past its trust set aside (only once the earliest one may be)."""
@@ -121,9 +128,3 @@ class RateSlots:
                 self._next_lapse = min(self._next_lapse, kept[0].trusted_until)
             else:
                 del self._pools[subject]
-
-
-def _keys_of(counter: str) -> RateKeys:
-    """The window's keys whose current requests counter is `counter` (`rate:<subject>:r:<m>`)."""
-    head, _, minute = counter.rpartition(":r:")
-    return rate_keys(head.removeprefix("rate:"), int(minute) * WINDOW_S)

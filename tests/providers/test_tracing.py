@@ -290,41 +290,33 @@ async def test_a_request_the_caller_did_not_sample_is_traced_as_the_operators_sa
     assert sent == f"00-{CALLER_TRACE}-{call.span_id.hex()}-01"
 
 
-async def test_a_caller_that_sampled_is_left_out_when_the_operators_sampler_leaves_it_out(
-    api, gateway, trace, receiver, primary, secondary, monkeypatch
+@pytest.mark.parametrize(
+    ("variable", "value", "flags"),
+    [
+        # The operator's sampler leaves out a request its caller sampled.
+        ("OTEL_TRACES_SAMPLER", "parentbased_always_off", "01"),
+        # With TRACES_TRUST_CALLER_SAMPLED the default sampler follows the caller's choice.
+        ("TRACES_TRUST_CALLER_SAMPLED", "true", "00"),
+    ],
+    ids=["operator-says-no", "trusted-caller-says-no"],
+)
+async def test_a_request_left_unsampled_records_nothing_and_passes_the_trace_on_unsampled(
+    api, gateway, trace, receiver, primary, secondary, monkeypatch, variable, value, flags
 ):
-    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "parentbased_always_off")
+    monkeypatch.setenv(variable, value)
     tracing = trace()
+    traceparent = f"00-{CALLER_TRACE}-{CALLER_SPAN}-{flags}"
 
     response = await api.post(
-        "/v1/chat/completions", json=HELLO, headers={"traceparent": TRACEPARENT}
+        "/v1/chat/completions", json=HELLO, headers={"traceparent": traceparent}
     )
 
     assert response.status_code == 200
     tracing.provider.force_flush()
     assert receiver.spans == []
     sent = primary.last_request("/api/chat")["headers"]["traceparent"]
-    version, trace_id, _, flags = sent.split("-")
-    assert (version, trace_id, flags) == ("00", CALLER_TRACE, "00")
-
-
-async def test_a_trusted_callers_choice_not_to_sample_records_nothing_but_passes_it_on(
-    api, gateway, trace, receiver, primary, secondary, monkeypatch
-):
-    """With TRACES_TRUST_CALLER_SAMPLED the default sampler follows the caller's choice: nothing
-    exported, and the provider gets the same trace, still unsampled."""
-    monkeypatch.setenv("TRACES_TRUST_CALLER_SAMPLED", "true")
-    tracing = trace()
-    unsampled = f"00-{CALLER_TRACE}-{CALLER_SPAN}-00"
-    response = await api.post(
-        "/v1/chat/completions", json=HELLO, headers={"traceparent": unsampled}
-    )
-    assert response.status_code == 200
-    tracing.provider.force_flush()
-    assert receiver.spans == []
-    sent = primary.last_request("/api/chat")["headers"]["traceparent"]
-    version, trace_id, _, flags = sent.split("-")
-    assert (version, trace_id, flags) == ("00", CALLER_TRACE, "00")
+    version, trace_id, _, sent_flags = sent.split("-")
+    assert (version, trace_id, sent_flags) == ("00", CALLER_TRACE, "00")
 
 
 @pytest.mark.parametrize(

@@ -56,7 +56,7 @@ async def complete(request: HttpRequest) -> JsonAnswer:
     if not isinstance(arrival, Arrival):
         return arrival
     gateway, caller, parsed = arrival.gateway, arrival.caller, arrival.parsed
-    refusal = arrival.admitted(priority=parsed.priority)
+    refusal = arrival.forbidden(priority=parsed.priority)
     if refusal is not None:
         return refused(refusal, error_response, request, caller, arrival.body)
 

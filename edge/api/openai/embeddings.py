@@ -49,7 +49,7 @@ async def embeddings(request: HttpRequest) -> HttpResponseBase:
     choice = resolve_model(caller, snapshot, parsed.model, Purpose.EMBED)
     if isinstance(choice, ApiError):
         return refused(choice, openai_error, request, caller, arrival.body)
-    refusal = arrival.admitted(priority=parsed.priority)
+    refusal = arrival.forbidden(priority=parsed.priority)
     if refusal is not None:
         return refused(refusal, openai_error, request, caller, arrival.body)
     routed = route_request(
